@@ -1,0 +1,53 @@
+# Two commands on a fresh machine (Python 3.11, pip, root): `make serve`, `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: serve test test-fast lint train bench bench-quick redis-server clean
+
+# The service needs no torch: `make serve` installs the runtime dependencies only.
+$(VENV)/.serve-deps: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# Tests, training and benchmarks: everything, torch (CPU) included.
+$(VENV)/.all-deps: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[train,test,bench,dev]'
+	touch $@ $(VENV)/.serve-deps
+
+serve: $(VENV)/.serve-deps
+	$(BIN)/costmodel serve --host $(HOST) --port $(PORT)
+
+# Tests talk to a real redis-server started on a free port; install the binary if missing.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server missing"; exit 1; }
+
+test: $(VENV)/.all-deps redis-server
+	$(BIN)/pytest
+
+lint: $(VENV)/.all-deps
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# Rebuilds the shipped models from the labelled real files in ../shared/tpugraphs.
+train: $(VENV)/.all-deps
+	$(BIN)/python -m models.shipped
+
+bench: $(VENV)/.all-deps redis-server
+	$(BIN)/costmodel bench
+
+bench-quick: $(VENV)/.all-deps redis-server
+	$(BIN)/costmodel bench --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""costmodel: shared artifact contract and the ``costmodel`` command line."""

@@ -1,0 +1,146 @@
+"""The artifact contract between ``models/`` (writes) and ``service/`` (reads).
+
+An artifact is a directory ``<model_dir>/<name>/<version>/`` holding ``manifest.json``,
+``encoder.onnx`` and ``scorer.onnx``. ``version`` is a positive integer (as in
+Triton/TF-Serving model repositories); the newest is the largest.
+
+The wiring rule the service relies on: the scorer's inputs are exactly the encoder's
+outputs (same names, dtypes, shapes) plus one config input (``config_feat`` for tile,
+``node_config_feat`` for layout); the scorer has one output, ``scores`` [num_configs],
+lower = faster. The encoder's inputs are the raw TpuGraphs arrays (``node_opcode`` as
+int64); normalisation happens inside the ONNX graphs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tpugraphs.errors import GraphFormatError
+
+MANIFEST_FORMAT: Final = "costmodel-artifact/1"
+MANIFEST_FILE = "manifest.json"
+CONFIG_INPUT = {"tile": "config_feat", "layout": "node_config_feat"}
+
+
+class TensorSpec(BaseModel):
+    """One ONNX input or output: symbolic dims are strings (``"num_nodes"``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    dtype: Literal["float32", "int64"]
+    shape: list[int | str]
+
+
+class GraphSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["costmodel-artifact/1"] = MANIFEST_FORMAT
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    collection: Literal["tile", "layout"]
+    version: str = Field(pattern=r"^[0-9]+$")
+    created: str
+    opset: int
+    feature_dims: dict[str, int]
+    encoder: GraphSpec
+    scorer: GraphSpec
+    training: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def config_input(self) -> TensorSpec:
+        name = CONFIG_INPUT[self.collection]
+        return next(s for s in self.scorer.inputs if s.name == name)
+
+    @property
+    def embedding_specs(self) -> list[TensorSpec]:
+        return list(self.encoder.outputs)
+
+
+class ArtifactError(Exception):
+    """An artifact directory that cannot be served: missing files, bad manifest, mismatch."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_manifest(artifact_dir: Path, verify_files: bool = True) -> Manifest:
+    """Parse and check a manifest: schema, wiring rule, and (optionally) file hashes."""
+    path = artifact_dir / MANIFEST_FILE
+    try:
+        manifest = Manifest.model_validate(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing") from None
+    except (ValueError, OSError) as exc:
+        raise ArtifactError(f"{path}: invalid manifest: {exc}") from None
+    _check_wiring(manifest, path)
+    if verify_files:
+        for spec in (manifest.encoder, manifest.scorer):
+            onnx_path = artifact_dir / spec.file
+            if not onnx_path.is_file():
+                raise ArtifactError(f"{onnx_path}: missing")
+            if sha256_file(onnx_path) != spec.sha256:
+                raise ArtifactError(f"{onnx_path}: sha256 does not match the manifest")
+    return manifest
+
+
+def _check_wiring(m: Manifest, path: Path) -> None:
+    scorer_inputs = {s.name: s for s in m.scorer.inputs}
+    for out in m.encoder.outputs:
+        if scorer_inputs.get(out.name) != out:
+            raise ArtifactError(
+                f"{path}: scorer does not take encoder output {out.name!r}"
+            )
+    extra = set(scorer_inputs) - {o.name for o in m.encoder.outputs}
+    if extra != {CONFIG_INPUT[m.collection]}:
+        raise ArtifactError(
+            f"{path}: scorer must take exactly one config input "
+            f"{CONFIG_INPUT[m.collection]!r}, found {sorted(extra)}"
+        )
+    if [o.name for o in m.scorer.outputs] != ["scores"]:
+        raise ArtifactError(f"{path}: scorer must have the single output 'scores'")
+
+
+def write_manifest(artifact_dir: Path, manifest: Manifest) -> Path:
+    path = artifact_dir / MANIFEST_FILE
+    path.write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
+    return path
+
+
+def list_versions(model_dir: Path, name: str) -> list[str]:
+    """Versions present for a model, oldest first (numeric order)."""
+    root = model_dir / name
+    if not root.is_dir():
+        return []
+    return sorted((p.name for p in root.iterdir() if p.name.isdigit()), key=int)
+
+
+# Re-exported so callers catch one error type for bad graph arrays.
+__all__ = [
+    "CONFIG_INPUT",
+    "ArtifactError",
+    "GraphFormatError",
+    "GraphSpec",
+    "Manifest",
+    "TensorSpec",
+    "list_versions",
+    "read_manifest",
+    "sha256_file",
+    "write_manifest",
+]

@@ -1,0 +1,53 @@
+"""The canonical graph id: a sha256 any client can compute without the service.
+
+Encoding (version 1), fed to sha256 in this order:
+
+    b"costmodel-graph-v1\\n"
+    for each present key of (node_feat <f4, node_opcode |u1, edge_index <i8,
+                             node_config_ids <i8)    # the last for layout graphs only
+        key + "\\n"
+        dtype string + "\\n"                          # "<f4", "|u1", "<i8"
+        shape as comma-separated decimals + "\\n"     # e.g. "3163,140"
+        the array's bytes, C order, in that dtype
+
+node_splits is not part of the id: encoders do not read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+GRAPH_ID_PREFIX = b"costmodel-graph-v1\n"
+CANONICAL_DTYPES = (
+    ("node_feat", "<f4"),
+    ("node_opcode", "|u1"),
+    ("edge_index", "<i8"),
+    ("node_config_ids", "<i8"),
+)
+
+
+def graph_id(
+    node_feat: Any,
+    node_opcode: Any,
+    edge_index: Any,
+    node_config_ids: Any | None = None,
+) -> str:
+    """Hex sha256 of the canonical encoding above."""
+    values = {
+        "node_feat": node_feat,
+        "node_opcode": node_opcode,
+        "edge_index": edge_index,
+        "node_config_ids": node_config_ids,
+    }
+    h = hashlib.sha256(GRAPH_ID_PREFIX)
+    for key, dtype in CANONICAL_DTYPES:
+        value = values[key]
+        if value is None:
+            continue
+        arr = np.ascontiguousarray(value, dtype=np.dtype(dtype))
+        h.update(f"{key}\n{dtype}\n{','.join(map(str, arr.shape))}\n".encode())
+        h.update(arr.tobytes(order="C"))
+    return h.hexdigest()

@@ -1,0 +1,71 @@
+"""Read TpuGraphs npz files, one at a time, from files or directory trees."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from tpugraphs.arrays import Sample, sample_from_arrays
+from tpugraphs.errors import GraphFormatError
+from tpugraphs.spec import Collection
+
+
+def load_npz(path: str | Path, collection: Collection | None = None) -> Sample:
+    """Load and validate one file. The collection is inferred from its keys if not given."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise GraphFormatError("file", f"cannot read npz ({exc})", str(path)) from None
+    inferred: Collection = "layout" if "node_config_feat" in arrays else "tile"
+    if collection is not None and collection != inferred:
+        raise GraphFormatError(
+            "collection",
+            f"expected a {collection} file, found {inferred} keys",
+            str(path),
+        )
+    return sample_from_arrays(arrays, str(path), inferred)
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given, directories walked recursively for ``*.npz`` (sorted, stable)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(p.rglob("*.npz")))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise GraphFormatError("path", "no such file or directory", str(p))
+    return out
+
+
+def iter_samples(
+    paths: Iterable[str | Path],
+    collection: Collection | None = None,
+    labelled_only: bool = False,
+) -> Iterator[Sample]:
+    """Stream samples one file at a time, so a dataset tree never sits in memory whole.
+
+    With a collection given, files of the other collection are skipped (a tree such as
+    ``npz/`` holds both); with ``labelled_only``, test files (all-zero runtimes) are too.
+    """
+    for path in expand_paths(paths):
+        if collection is not None and _file_collection(path) != collection:
+            continue
+        sample = load_npz(path, collection)
+        if labelled_only and not sample.labelled:
+            continue
+        yield sample
+
+
+def _file_collection(path: Path) -> Collection:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return "layout" if "node_config_feat" in data.files else "tile"
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise GraphFormatError("file", f"cannot read npz ({exc})", str(path)) from None
