@@ -1,0 +1,30 @@
+# The costmodel service: onnxruntime + the shipped artifacts, no torch.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+# Dependencies first, so editing code does not reinstall them.
+COPY pyproject.toml README.md ./
+COPY costmodel/ costmodel/
+COPY tpugraphs/ tpugraphs/
+COPY service/ service/
+COPY clients/ clients/
+COPY models/ models/
+COPY benchmarks/ benchmarks/
+RUN pip install . \
+    && useradd --system --uid 10001 --no-create-home costmodel
+
+USER costmodel
+ENV COSTMODEL_MODEL_DIR=/app/models/artifacts \
+    COSTMODEL_HOST=0.0.0.0 \
+    COSTMODEL_PORT=8000
+EXPOSE 8000
+
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
+
+CMD ["costmodel", "serve", "--host", "0.0.0.0", "--port", "8000"]

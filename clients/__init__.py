@@ -1,0 +1,64 @@
+"""Thin client for the costmodel service, and the replay autotuner built on it.
+
+Depends on httpx and numpy (plus the numpy-only ``tpugraphs`` format core) only::
+
+    from clients import CostModelClient
+
+    with CostModelClient("http://127.0.0.1:8000") as client:
+        session = client.session("tile")
+        result = session.rank("kernel.npz", configs, top_k=5, deadline=0.5, fallback=[0])
+        if not result.degraded:
+            session.feedback("kernel.npz", runtimes, configs=configs[list(result.top_k)])
+"""
+
+from __future__ import annotations
+
+from clients.async_client import AsyncCostModelClient
+from clients.client import CostModelClient
+from clients.errors import (
+    ApiError,
+    CostModelError,
+    DeadlineExceeded,
+    EndpointNotFound,
+    GraphNotFound,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+    ProtocolError,
+    ServiceUnavailable,
+    VersionNotLoaded,
+)
+from clients.exchange import DEFAULT_LIMITS, DEFAULT_TIMEOUT
+from clients.payloads import GraphInput, PreparedGraph, prepare_graph
+from clients.retry import Deadline, RetryPolicy
+from clients.session import AsyncTuningSession, TuningSession
+from clients.wire import FeedbackResult, GraphInfo, ModelInfo, RankResult
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_TIMEOUT",
+    "ApiError",
+    "AsyncCostModelClient",
+    "AsyncTuningSession",
+    "CostModelClient",
+    "CostModelError",
+    "Deadline",
+    "DeadlineExceeded",
+    "EndpointNotFound",
+    "FeedbackResult",
+    "GraphInfo",
+    "GraphInput",
+    "GraphNotFound",
+    "InvalidRequest",
+    "ModelInfo",
+    "ModelNotFound",
+    "NotFound",
+    "PreparedGraph",
+    "ProtocolError",
+    "RankResult",
+    "RetryPolicy",
+    "ServiceUnavailable",
+    "TuningSession",
+    "VersionNotLoaded",
+    "prepare_graph",
+]

@@ -1,0 +1,165 @@
+"""``AsyncCostModelClient``: the asyncio twin of ``CostModelClient``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar, cast
+
+import httpx
+import numpy as np
+
+from clients.errors import CostModelError, ServiceUnavailable
+from clients.exchange import (
+    DEFAULT_LIMITS,
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    ClientCore,
+    DeadlineArg,
+    fallback_or_raise,
+)
+from clients.operations import Flow, feedback_flow, models_flow, upload_flow
+from clients.payloads import GraphInput, prepare_graph
+from clients.retry import Deadline, RetryPolicy
+from clients.session import AsyncTuningSession
+from clients.wire import Call, FeedbackResult, GraphInfo, ModelInfo, RankResult
+
+T = TypeVar("T")
+
+
+class AsyncCostModelClient(ClientCore):
+    """The asyncio twin of ``CostModelClient``: same arguments, awaitable methods."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+        default_deadline: float | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(timeout, limits, retry, default_deadline)
+        self._sleep = sleep
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=self.timeout,
+            headers=self._headers(headers),
+            transport=transport or httpx.AsyncHTTPTransport(limits=limits, retries=0),
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def rank(
+        self,
+        model: str,
+        graph: GraphInput,
+        configs: Any,
+        *,
+        top_k: int | None = None,
+        deadline: DeadlineArg = None,
+        fallback: Sequence[int] | None = None,
+        model_version: str | None = None,
+    ) -> RankResult:
+        """See ``CostModelClient.rank``."""
+        limit = self._deadline(deadline)  # client-side preparation counts too
+        prepared, n, flow = self._prepare_rank(
+            model, graph, configs, top_k, model_version
+        )
+        try:
+            return await self._run(flow, limit)
+        except ServiceUnavailable as exc:
+            return fallback_or_raise(exc, fallback, prepared, n, top_k, model)
+
+    async def upload_graph(
+        self,
+        model: str,
+        graph: GraphInput,
+        *,
+        model_version: str | None = None,
+        deadline: DeadlineArg = None,
+    ) -> GraphInfo:
+        limit = self._deadline(deadline)
+        return await self._run(
+            upload_flow(model, prepare_graph(graph), model_version), limit
+        )
+
+    async def feedback(
+        self,
+        model: str,
+        graph: GraphInput,
+        runtimes_ns: Sequence[int] | np.ndarray[Any, Any],
+        *,
+        configs: Any | None = None,
+        config_indices: Sequence[int] | None = None,
+        model_version: str | None = None,
+        deadline: DeadlineArg = None,
+    ) -> FeedbackResult:
+        """See ``CostModelClient.feedback``."""
+        limit = self._deadline(deadline)
+        flow = feedback_flow(
+            model,
+            prepare_graph(graph),
+            runtimes_ns,
+            configs,
+            config_indices,
+            model_version,
+        )
+        return await self._run(flow, limit)
+
+    async def models(self, *, deadline: DeadlineArg = None) -> list[ModelInfo]:
+        return await self._run(models_flow(), self._deadline(deadline))
+
+    async def ready(self) -> bool:
+        try:
+            return (await self._http.get("/readyz")).is_success
+        except httpx.TransportError:
+            return False
+
+    def session(
+        self, model: str, model_version: str | None = None
+    ) -> AsyncTuningSession:
+        return AsyncTuningSession(self, model, model_version)
+
+    async def _run(self, flow: Flow[T], deadline: Deadline) -> T:
+        try:
+            call = next(flow)
+            while True:
+                try:
+                    response = await self._exchange(call, deadline)
+                except CostModelError as exc:
+                    call = flow.throw(exc)
+                else:
+                    call = flow.send(response)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+
+    async def _exchange(self, call: Call, deadline: Deadline) -> httpx.Response:
+        attempt = 0
+        while True:
+            request = self._request(self._http, call, deadline)
+            attempt += 1
+            try:
+                response = await self._http.send(request)
+                error = self._failure(response)
+            except httpx.TransportError as exc:
+                error = self._transport_failure(exc, call)
+            if error is None:
+                return response
+            await self._sleep(self.retry.next_delay(attempt, error, deadline))

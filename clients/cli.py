@@ -1,0 +1,148 @@
+"""``costmodel replay``: the command-line face of ``clients.replay`` (rendering only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from clients.client import CostModelClient
+from clients.errors import CostModelError
+from clients.replay import Budget, Replayer, ReplayReport
+from tpugraphs.errors import GraphFormatError
+from tpugraphs.reader import expand_paths
+
+DEFAULT_BUDGET = 5  # the tile task's historical top-5
+# Replay is offline evaluation, not a compiler on a deadline: be patient with big graphs.
+REPLAY_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=60.0, pool=10.0)
+
+
+def replay(
+    server: str = typer.Option(
+        "http://127.0.0.1:8000", "--server", help="Service base URL."
+    ),
+    data: list[Path] = typer.Option(
+        ...,
+        "--data",
+        exists=True,
+        help="A labelled TpuGraphs .npz file or a directory of them; repeat for more.",
+    ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="Model to ask (tile|layout). Default: per file, from its keys.",
+    ),
+    budget: int | None = typer.Option(
+        None,
+        "--budget",
+        min=1,
+        help=f"Configs measured per graph (default {DEFAULT_BUDGET}).",
+    ),
+    budget_fraction: float | None = typer.Option(
+        None,
+        "--budget-fraction",
+        min=0.0,
+        max=1.0,
+        help="Fraction of each graph's configs to measure (at least one).",
+    ),
+    json_: bool = typer.Option(
+        False, "--json", help="Print one JSON object instead of a table."
+    ),
+) -> None:
+    """Act as an autotuner on files with measured runtimes and report how well the
+    model's top-K does against the true best, the default config and random K."""
+    if budget is not None and budget_fraction is not None:
+        raise typer.BadParameter("give --budget or --budget-fraction, not both")
+    try:
+        plan = (
+            Budget(fraction=budget_fraction)
+            if budget_fraction is not None
+            else Budget(count=budget or DEFAULT_BUDGET)
+        )
+        paths = expand_paths(data)
+    except (ValueError, GraphFormatError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    stderr = Console(stderr=True)
+    try:
+        with CostModelClient(server, timeout=REPLAY_TIMEOUT) as client:
+            report = _run(Replayer(client, plan, model), paths, stderr)
+    except CostModelError as exc:
+        stderr.print(f"[red]replay failed:[/red] {exc}")
+        raise typer.Exit(1) from None
+    if json_:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        Console().print(render(report))
+        if report.feedback_unsupported:
+            stderr.print(
+                "[yellow]note:[/yellow] the service has no /v1/feedback; none sent"
+            )
+
+
+def _run(replayer: Replayer, paths: list[Path], console: Console) -> ReplayReport:
+    columns = (
+        TextColumn("replay"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("", total=len(paths))
+        return replayer.run(
+            paths, lambda name: bar.update(task, advance=1, description=name)
+        )
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def render(report: ReplayReport) -> Table:
+    """Per-graph rows, then the means; ratios to 3 decimals, '-' where undefined."""
+    title = f"replay of {len(report.graphs)} graph(s): model top-K vs random K"
+    table = Table(title=title)
+    table.add_column("graph", no_wrap=True, overflow="ellipsis", max_width=24)
+    table.add_column("model", no_wrap=True)
+    table.add_column("K/C", justify="right", no_wrap=True)
+    for column in ("slowdown", "speedup", "random slowdown", "random speedup"):
+        table.add_column(column, justify="right", min_width=5)
+    for g in report.graphs:
+        table.add_row(
+            Path(g.file).stem,
+            f"{g.model}:{g.model_version}",
+            f"{g.score.budget}/{g.score.configs}",
+            _fmt(g.score.slowdown),
+            _fmt(g.score.speedup_vs_default),
+            _fmt(g.score.random_slowdown),
+            _fmt(g.score.random_speedup_vs_default),
+        )
+    mean = report.mean()
+    fraction = mean["measured_fraction"]
+    table.add_section()
+    table.add_row(
+        "mean",
+        "",
+        "-" if fraction is None else f"{fraction:.1%}",
+        _fmt(mean["slowdown"]),
+        _fmt(mean["speedup_vs_default"]),
+        _fmt(mean["random_slowdown"]),
+        _fmt(mean["random_speedup_vs_default"]),
+    )
+    notes = ["slowdown = best found / true best; speedup = default / best found"]
+    if any(g.score.default_ns is None for g in report.graphs):
+        notes.append("speedup '-': the file does not mark a default config (layout)")
+    notes += [f"skipped {Path(s['file']).name}: {s['reason']}" for s in report.skipped]
+    table.caption = "\n".join(notes)
+    return table

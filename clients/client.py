@@ -1,0 +1,173 @@
+"""``CostModelClient``: the blocking client (see ``clients.exchange`` for the policy)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar, cast
+
+import httpx
+import numpy as np
+
+from clients.errors import CostModelError, ServiceUnavailable
+from clients.exchange import (
+    DEFAULT_LIMITS,
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    ClientCore,
+    DeadlineArg,
+    fallback_or_raise,
+)
+from clients.operations import Flow, feedback_flow, models_flow, upload_flow
+from clients.payloads import GraphInput, prepare_graph
+from clients.retry import Deadline, RetryPolicy
+from clients.session import TuningSession
+from clients.wire import Call, FeedbackResult, GraphInfo, ModelInfo, RankResult
+
+T = TypeVar("T")
+
+
+class CostModelClient(ClientCore):
+    """Blocking client. Use as a context manager, or call ``close()``."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+        default_deadline: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(timeout, limits, retry, default_deadline)
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=base_url,
+            timeout=self.timeout,
+            headers=self._headers(headers),
+            transport=transport or httpx.HTTPTransport(limits=limits, retries=0),
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def rank(
+        self,
+        model: str,
+        graph: GraphInput,
+        configs: Any,
+        *,
+        top_k: int | None = None,
+        deadline: DeadlineArg = None,
+        fallback: Sequence[int] | None = None,
+        model_version: str | None = None,
+    ) -> RankResult:
+        """Rank ``configs`` for ``graph``, best first.
+
+        The graph travels only when the service does not know its id yet. With
+        ``fallback`` (the caller's own order, best first; unlisted configs follow in
+        input order), a service that cannot answer within ``deadline`` seconds yields
+        a ``degraded`` result instead of ``ServiceUnavailable``/``DeadlineExceeded``.
+        """
+        limit = self._deadline(deadline)  # client-side preparation counts too
+        prepared, n, flow = self._prepare_rank(
+            model, graph, configs, top_k, model_version
+        )
+        try:
+            return self._run(flow, limit)
+        except ServiceUnavailable as exc:
+            return fallback_or_raise(exc, fallback, prepared, n, top_k, model)
+
+    def upload_graph(
+        self,
+        model: str,
+        graph: GraphInput,
+        *,
+        model_version: str | None = None,
+        deadline: DeadlineArg = None,
+    ) -> GraphInfo:
+        """PUT the graph (``rank`` does this by itself when needed)."""
+        limit = self._deadline(deadline)
+        return self._run(upload_flow(model, prepare_graph(graph), model_version), limit)
+
+    def feedback(
+        self,
+        model: str,
+        graph: GraphInput,
+        runtimes_ns: Sequence[int] | np.ndarray[Any, Any],
+        *,
+        configs: Any | None = None,
+        config_indices: Sequence[int] | None = None,
+        model_version: str | None = None,
+        deadline: DeadlineArg = None,
+    ) -> FeedbackResult:
+        """Report measured runtimes, for config rows or indices of the last rank request.
+
+        Raises ``EndpointNotFound`` if the service has no ``/v1/feedback`` route.
+        """
+        limit = self._deadline(deadline)
+        flow = feedback_flow(
+            model,
+            prepare_graph(graph),
+            runtimes_ns,
+            configs,
+            config_indices,
+            model_version,
+        )
+        return self._run(flow, limit)
+
+    def models(self, *, deadline: DeadlineArg = None) -> list[ModelInfo]:
+        return self._run(models_flow(), self._deadline(deadline))
+
+    def ready(self) -> bool:
+        """One unretried ``GET /readyz``: True on 2xx, False on anything else."""
+        try:
+            return self._http.get("/readyz").is_success
+        except httpx.TransportError:
+            return False
+
+    def session(self, model: str, model_version: str | None = None) -> TuningSession:
+        """A tuning session that pins the model version of its first answer."""
+        return TuningSession(self, model, model_version)
+
+    def _run(self, flow: Flow[T], deadline: Deadline) -> T:
+        try:
+            call = next(flow)
+            while True:
+                try:
+                    response = self._exchange(call, deadline)
+                except CostModelError as exc:
+                    call = flow.throw(exc)
+                else:
+                    call = flow.send(response)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+
+    def _exchange(self, call: Call, deadline: Deadline) -> httpx.Response:
+        attempt = 0
+        while True:
+            request = self._request(self._http, call, deadline)
+            attempt += 1
+            try:
+                response = self._http.send(request)
+                error = self._failure(response)
+            except httpx.TransportError as exc:
+                error = self._transport_failure(exc, call)
+            if error is None:
+                return response
+            self._sleep(self.retry.next_delay(attempt, error, deadline))

@@ -1,0 +1,174 @@
+"""The client's one exception tree, and the one table that maps HTTP answers onto it.
+
+    CostModelError                  anything the client raises
+    ├── ServiceUnavailable          no answer in time: unreachable, timed out, 429/5xx
+    │   └── DeadlineExceeded        the caller's deadline passed before an answer
+    ├── ApiError                    the service refused the request as sent (4xx)
+    │   ├── InvalidRequest          400/413/415/422, or input rejected before sending
+    │   ├── NotFound                404
+    │   │   ├── GraphNotFound       graph_not_found: upload the graph, then retry
+    │   │   ├── ModelNotFound       model_not_found
+    │   │   └── EndpointNotFound    no such route (e.g. a service without /v1/feedback)
+    │   └── VersionNotLoaded        409 model_version_not_loaded
+    └── ProtocolError               an answer that breaks the API contract
+
+``ServiceUnavailable`` is the family a ``fallback=`` absorbs: the service could not
+answer, so the caller's own ordering is as good as anything. ``ApiError`` means the
+request itself is wrong and would fail again; it is never retried nor absorbed.
+httpx exceptions never escape the client: they are translated here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+
+class CostModelError(Exception):
+    """Base of every client error; carries what the service said, when it said it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        field: str | None = None,
+        retry_after: float | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.field = field
+        self.retry_after = retry_after
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        head = " ".join(str(p) for p in (self.status, self.code) if p is not None)
+        where = f" (field {self.field})" if self.field else ""
+        return f"{head}: {self.message}{where}" if head else f"{self.message}{where}"
+
+
+class ServiceUnavailable(CostModelError):
+    """The service gave no usable answer: refused, overloaded, not ready, failed, slow."""
+
+
+class DeadlineExceeded(ServiceUnavailable):
+    """The caller's deadline passed; ``__cause__`` is the last failure, if any."""
+
+
+class ApiError(CostModelError):
+    """The service answered with an error document for a request it will not serve."""
+
+
+class InvalidRequest(ApiError):
+    """The request (or the graph/configs, checked locally first) breaks the contract."""
+
+
+class NotFound(ApiError):
+    pass
+
+
+class GraphNotFound(NotFound):
+    pass
+
+
+class ModelNotFound(NotFound):
+    pass
+
+
+class EndpointNotFound(NotFound):
+    """A 404/405 without a known error code: the service has no such route."""
+
+
+class VersionNotLoaded(ApiError):
+    pass
+
+
+class ProtocolError(CostModelError):
+    """The service answered something the API contract does not allow."""
+
+
+# The one table: a known error code wins; otherwise the status decides.
+_BY_CODE: Mapping[str, type[CostModelError]] = {
+    "graph_not_found": GraphNotFound,
+    "model_not_found": ModelNotFound,
+    "model_version_not_loaded": VersionNotLoaded,
+    "invalid_request": InvalidRequest,
+    "malformed_body": InvalidRequest,
+    "payload_too_large": InvalidRequest,
+    "unsupported_media_type": InvalidRequest,
+    "not_ready": ServiceUnavailable,
+    "overloaded": ServiceUnavailable,
+}
+_BY_STATUS: Mapping[int, type[CostModelError]] = {
+    400: InvalidRequest,
+    404: EndpointNotFound,
+    405: EndpointNotFound,
+    413: InvalidRequest,
+    415: InvalidRequest,
+    422: InvalidRequest,
+    429: ServiceUnavailable,
+}
+# Statuses where the same request may succeed later (500 is a bug: not retried).
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+
+
+def error_from_response(
+    response: httpx.Response, retry_after: float | None
+) -> CostModelError:
+    """Translate a non-2xx answer, reading the ``{"error": {...}}`` document if any."""
+    code, message, field = _error_document(response)
+    status = response.status_code
+    cls = _BY_CODE.get(code or "") or _BY_STATUS.get(status)
+    if cls is None:
+        cls = ServiceUnavailable if status >= 500 else ApiError
+    return cls(
+        message,
+        status=status,
+        code=code,
+        field=field,
+        retry_after=retry_after,
+        retryable=status in RETRYABLE_STATUSES,
+    )
+
+
+def _error_document(response: httpx.Response) -> tuple[str | None, str, str | None]:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        text = response.text.strip()[:200]
+        return None, text or response.reason_phrase, None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        field = error.get("field")
+        return (
+            str(error.get("code")) if error.get("code") is not None else None,
+            str(error.get("message", response.reason_phrase)),
+            str(field) if field is not None else None,
+        )
+    if isinstance(body, dict) and "detail" in body:  # a framework default, e.g. 404
+        return None, str(body["detail"]), None
+    return None, response.reason_phrase, None
+
+
+def error_from_transport(exc: httpx.TransportError, idempotent: bool) -> CostModelError:
+    """Translate an httpx transport failure.
+
+    Retrying is always safe when the request never left (connect/pool failures);
+    after that, only when repeating the request cannot change the outcome.
+    """
+    never_sent = isinstance(
+        exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout
+    )
+    maybe_sent = isinstance(
+        exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.RemoteProtocolError
+    )
+    return ServiceUnavailable(
+        f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+        retryable=never_sent or (maybe_sent and idempotent),
+    )

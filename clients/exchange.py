@@ -1,0 +1,119 @@
+"""What the sync and async clients share: configuration and the I/O-free halves of
+one HTTP exchange (building the request under the deadline, judging the answer).
+
+Both clients hold one ``httpx.Client``/``AsyncClient`` with explicit ``Timeout`` and
+``Limits``. The limits go into a transport the client builds itself, because httpx
+ignores ``limits=`` once a transport is given; ``transport=`` replaces it in tests.
+Each exchange is retried by ``RetryPolicy`` on connection failures, 429 and 502-504,
+honouring ``Retry-After``; every wait and every timeout phase is cut to the caller's
+deadline. The operations live in ``clients.operations``, shared by both clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from clients.errors import (
+    CostModelError,
+    ServiceUnavailable,
+    error_from_response,
+    error_from_transport,
+)
+from clients.operations import Flow, rank_flow
+from clients.payloads import GraphInput, PreparedGraph, config_array, prepare_graph
+from clients.retry import Deadline, RetryPolicy, parse_retry_after
+from clients.wire import Call, RankResult, fallback_result
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=10.0, write=10.0, pool=2.0)
+DEFAULT_LIMITS = httpx.Limits(
+    max_connections=16, max_keepalive_connections=8, keepalive_expiry=30.0
+)
+USER_AGENT = "costmodel-client/0.1"
+DeadlineArg = float | Deadline | None
+
+
+class ClientCore:
+    """What both clients share: configuration and the I/O-free halves of an exchange."""
+
+    def __init__(
+        self,
+        timeout: httpx.Timeout | float,
+        limits: httpx.Limits,
+        retry: RetryPolicy | None,
+        default_deadline: float | None,
+    ) -> None:
+        self.timeout = (
+            timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        )
+        self.limits = limits
+        self.retry = retry or RetryPolicy()
+        self.default_deadline = default_deadline
+
+    @staticmethod
+    def _headers(extra: Mapping[str, str] | None) -> dict[str, str]:
+        return {"User-Agent": USER_AGENT, "Accept": "application/json", **(extra or {})}
+
+    def _deadline(self, value: DeadlineArg) -> Deadline:
+        return Deadline.coerce(value, self.default_deadline)
+
+    def _request(
+        self, http: httpx.Client | httpx.AsyncClient, call: Call, deadline: Deadline
+    ) -> httpx.Request:
+        if deadline.expired():
+            raise deadline.exceeded(f"before {call.method} {call.path}")
+        return http.build_request(
+            call.method,
+            call.path,
+            params=call.params,
+            content=call.content,
+            headers=call.headers,
+            timeout=deadline.clamp(self.timeout),
+        )
+
+    @staticmethod
+    def _failure(response: httpx.Response) -> CostModelError | None:
+        if response.is_success:
+            return None
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        return error_from_response(response, retry_after)
+
+    @staticmethod
+    def _transport_failure(exc: httpx.TransportError, call: Call) -> CostModelError:
+        error = error_from_transport(exc, call.idempotent)
+        error.__cause__ = exc
+        return error
+
+    def _prepare_rank(
+        self,
+        model: str,
+        graph: GraphInput,
+        configs: Any,
+        top_k: int | None,
+        version: str | None,
+    ) -> tuple[PreparedGraph, int, Flow[RankResult]]:
+        prepared = prepare_graph(graph)
+        array = config_array(configs, prepared)
+        return (
+            prepared,
+            int(array.shape[0]),
+            rank_flow(model, prepared, array, top_k, version),
+        )
+
+
+def fallback_or_raise(
+    error: ServiceUnavailable,
+    fallback: Sequence[int] | None,
+    prepared: PreparedGraph,
+    num_configs: int,
+    top_k: int | None,
+    model: str,
+) -> RankResult:
+    if fallback is None:
+        raise error
+    return fallback_result(
+        fallback, num_configs, top_k, model, prepared.graph_id, error
+    )

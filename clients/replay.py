@@ -1,0 +1,322 @@
+"""Replay autotuner: act as a compiler's autotuner on files whose runtimes are known.
+
+For each labelled TpuGraphs file: send the graph and all its configs, take the
+model's top K, "measure" them by looking up their recorded runtimes, send those as
+feedback, and compare with the truth. Definitions (also written into the report):
+
+- ``slowdown`` = best runtime among the K measured / true best runtime (>= 1; 1 is
+  perfect).
+- ``speedup_vs_default`` = runtime of the default config / best runtime found (> 1
+  beats the default). Tile: the default is the config whose runtime equals its
+  ``config_runtime_normalizers`` entry (the normaliser *is* the default config's
+  runtime). Layout: null, because layout npz files do not mark the default config.
+- ``random_slowdown`` = E[best runtime of K configs drawn uniformly without
+  replacement] / true best, computed exactly from order statistics (no sampling):
+  with runtimes sorted ascending r_1..r_C, P(best = r_i) = C(C-i, K-1) / C(C, K).
+  ``random_speedup_vs_default`` = default runtime / that expectation.
+- ``measured_fraction`` = K / C. A ``--budget-fraction`` F gives K = ceil(F * C),
+  at least 1; every K is capped at C.
+- ``mean`` is the arithmetic mean over graphs (``speedup`` means over the graphs
+  that have a default; null if none do).
+
+Pure logic only (``replay`` takes a client and a progress callback); rendering lives
+in ``clients.cli``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from clients.client import CostModelClient
+from clients.errors import EndpointNotFound, InvalidRequest
+from clients.payloads import PreparedGraph, prepare_graph
+from clients.session import TuningSession
+from tpugraphs.arrays import Sample
+from tpugraphs.errors import GraphFormatError
+from tpugraphs.reader import expand_paths, load_npz
+
+log = logging.getLogger(__name__)
+
+DEFINITIONS = {
+    "slowdown": "best measured runtime / true best runtime (>= 1)",
+    "speedup_vs_default": "default config runtime / best measured runtime; tile default = "
+    "config whose runtime equals config_runtime_normalizers; null for layout "
+    "(the npz does not mark the default config)",
+    "random_slowdown": "exact expected best runtime of a uniformly random K-subset "
+    "(order statistics) / true best runtime",
+    "random_speedup_vs_default": "default runtime / exact expected best of a random K-subset",
+    "measured_fraction": "K / number of configs; K = budget, or ceil(fraction * configs), "
+    "at least 1, at most all configs",
+    "mean": "arithmetic mean over graphs (speedups over graphs with a known default)",
+}
+MEAN_KEYS = (
+    "slowdown",
+    "speedup_vs_default",
+    "random_slowdown",
+    "random_speedup_vs_default",
+    "measured_fraction",
+)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many configs the autotuner may measure: a count or a fraction of each graph's."""
+
+    count: int | None = None
+    fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.count is None) == (self.fraction is None):
+            raise ValueError("give exactly one of a budget count or a budget fraction")
+        if self.count is not None and self.count < 1:
+            raise ValueError("budget must be >= 1")
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            raise ValueError("budget fraction must be in (0, 1]")
+
+    def configs(self, num_configs: int) -> int:
+        if self.fraction is not None:
+            k = math.ceil(self.fraction * num_configs)
+        else:
+            k = self.count or 1
+        return max(1, min(k, num_configs))
+
+
+def expected_best_of_random_k(runtimes: npt.ArrayLike, k: int) -> float:
+    """E[min] of a uniformly random k-subset, exact (see the module docstring)."""
+    r = np.sort(np.asarray(runtimes, dtype=np.float64))
+    c = r.size
+    if not 1 <= k <= c:
+        raise ValueError(f"k must be in [1, {c}]")
+    total = math.comb(c, k)
+    # i is 0-based here: the best is r[i] when it is drawn and the other k-1 are above it.
+    weights = [math.comb(c - 1 - i, k - 1) / total for i in range(c - k + 1)]
+    return float(np.dot(weights, r[: c - k + 1]))
+
+
+def default_config(sample: Sample) -> int | None:
+    """Index of the tile default config (runtime == its normaliser), else None."""
+    if sample.normalizers is None:
+        return None
+    hits = np.flatnonzero(sample.runtimes == sample.normalizers)
+    return int(hits[0]) if hits.size else None
+
+
+@dataclass(frozen=True)
+class GraphScore:
+    """The report's numbers for one graph (definitions in the module docstring)."""
+
+    configs: int
+    budget: int
+    measured: list[int]
+    best_found_ns: int
+    true_best_ns: int
+    default_config: int | None
+    default_ns: int | None
+    random_expected_best_ns: float
+    slowdown: float
+    speedup_vs_default: float | None
+    random_slowdown: float
+    random_speedup_vs_default: float | None
+    measured_fraction: float
+
+
+def score_graph(sample: Sample, ranking: Sequence[int], k: int) -> GraphScore:
+    """Score the model's top ``k`` of ``ranking`` against the file's runtimes."""
+    measured = [int(i) for i in ranking[:k]]
+    runtimes = sample.runtimes
+    best = int(runtimes[measured].min())
+    true_best = int(runtimes.min())
+    rand = expected_best_of_random_k(runtimes, k)
+    d = default_config(sample)
+    default_ns = None if d is None else int(runtimes[d])
+    return GraphScore(
+        configs=sample.num_configs,
+        budget=k,
+        measured=measured,
+        best_found_ns=best,
+        true_best_ns=true_best,
+        default_config=d,
+        default_ns=default_ns,
+        random_expected_best_ns=rand,
+        slowdown=best / true_best,
+        speedup_vs_default=None if default_ns is None else default_ns / best,
+        random_slowdown=rand / true_best,
+        random_speedup_vs_default=None if default_ns is None else default_ns / rand,
+        measured_fraction=k / sample.num_configs,
+    )
+
+
+@dataclass(frozen=True)
+class GraphReport:
+    file: str
+    collection: str
+    model: str
+    model_version: str | None
+    graph_id: str
+    cache: str | None
+    uploaded: bool
+    feedback_stored: int | None  # None: the service has no feedback endpoint
+    score: GraphScore
+
+    def to_json(self) -> dict[str, Any]:
+        head = {k: v for k, v in asdict(self).items() if k != "score"}
+        return {**head, **asdict(self.score)}
+
+
+@dataclass
+class ReplayReport:
+    graphs: list[GraphReport] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    feedback_unsupported: bool = False
+
+    def mean(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for key in MEAN_KEYS:
+            values = [
+                getattr(g.score, key)
+                for g in self.graphs
+                if getattr(g.score, key) is not None
+            ]
+            out[key] = fmean(values) if values else None
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        stored = [
+            g.feedback_stored for g in self.graphs if g.feedback_stored is not None
+        ]
+        return {
+            "graphs": [g.to_json() for g in self.graphs],
+            "mean": self.mean(),
+            "skipped": self.skipped,
+            "feedback": {
+                "supported": not self.feedback_unsupported,
+                "graphs_sent": len(stored),
+                "configs_stored": sum(stored),
+                "graphs_unsupported": sum(
+                    g.feedback_stored is None for g in self.graphs
+                ),
+            },
+            "definitions": DEFINITIONS,
+        }
+
+
+class Replayer:
+    """Runs the replay with one pinned ``TuningSession`` per model."""
+
+    def __init__(
+        self, client: CostModelClient, budget: Budget, model: str | None = None
+    ) -> None:
+        self.client = client
+        self.budget = budget
+        self.model = model
+        self.report = ReplayReport()
+        self._sessions: dict[str, TuningSession] = {}
+        self._collections: dict[str, str] = {}
+
+    def load_models(self) -> None:
+        """Ask the service which models it serves (name -> collection)."""
+        self._collections = {m.name: m.collection for m in self.client.models()}
+        if self.model is not None and self.model not in self._collections:
+            raise InvalidRequest(
+                f"model {self.model!r} is not loaded (loaded: {sorted(self._collections)})",
+                field="model",
+            )
+
+    def model_for(self, sample: Sample) -> str | None:
+        """The model asked for, else one of the file's collection (same name first)."""
+        if self.model is not None:
+            return (
+                self.model
+                if self._collections[self.model] == sample.collection
+                else None
+            )
+        names = [n for n, c in self._collections.items() if c == sample.collection]
+        return (
+            sample.collection if sample.collection in names else next(iter(names), None)
+        )
+
+    def run(
+        self, paths: Iterable[str | Path], progress: Progress | None = None
+    ) -> ReplayReport:
+        self.load_models()
+        for path in expand_paths(paths):
+            self.replay_file(path)
+            if progress is not None:
+                progress(path.name)
+        return self.report
+
+    def replay_file(self, path: Path) -> None:
+        try:
+            sample = load_npz(path)
+        except GraphFormatError as exc:
+            return self._skip(path, f"not a valid TpuGraphs file: {exc}")
+        if not sample.labelled:
+            return self._skip(path, "no measured runtimes (a test file)")
+        model = self.model_for(sample)
+        if model is None:
+            return self._skip(path, f"no loaded model for a {sample.collection} graph")
+        session = self._sessions.setdefault(model, self.client.session(model))
+        graph = prepare_graph(sample)
+        k = self.budget.configs(sample.num_configs)
+        result = session.rank(graph, sample.configs, top_k=k)
+        score = score_graph(sample, result.ranking, k)
+        stored = self._feedback(session, graph, sample, score.measured)
+        self.report.graphs.append(
+            GraphReport(
+                file=str(path),
+                collection=sample.collection,
+                model=model,
+                model_version=result.model_version,
+                graph_id=graph.graph_id,
+                cache=result.cache,
+                uploaded=result.uploaded,
+                feedback_stored=stored,
+                score=score,
+            )
+        )
+
+    def _feedback(
+        self,
+        session: TuningSession,
+        graph: PreparedGraph,
+        sample: Sample,
+        measured: list[int],
+    ) -> int | None:
+        if self.report.feedback_unsupported:
+            return None
+        try:
+            answer = session.feedback(
+                graph, sample.runtimes[measured], configs=sample.configs[measured]
+            )
+        except EndpointNotFound as exc:
+            log.warning(
+                "feedback unsupported by the service (%s); replay goes on without", exc
+            )
+            self.report.feedback_unsupported = True
+            return None
+        return answer.stored
+
+    def _skip(self, path: Path, reason: str) -> None:
+        log.info("skipping %s: %s", path, reason)
+        self.report.skipped.append({"file": str(path), "reason": reason})
+
+
+def replay(
+    client: CostModelClient,
+    paths: Iterable[str | Path],
+    budget: Budget,
+    model: str | None = None,
+    progress: Progress | None = None,
+) -> ReplayReport:
+    """Replay every file under ``paths`` (directories are walked for ``*.npz``)."""
+    return Replayer(client, budget, model).run(paths, progress)

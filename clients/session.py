@@ -1,0 +1,141 @@
+"""Tuning sessions: one model version for every answer of an autotuning run.
+
+A service may load a newer version mid-run; scores from two versions are not
+comparable, so a session keeps the version of its first (non-degraded) answer and
+sends it on every later call. If that version is unloaded, the service answers 409
+and the call raises ``VersionNotLoaded`` rather than silently switching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from clients.errors import ProtocolError
+from clients.payloads import GraphInput
+from clients.retry import Deadline
+from clients.wire import FeedbackResult, RankResult
+
+if TYPE_CHECKING:
+    from clients.async_client import AsyncCostModelClient
+    from clients.client import CostModelClient
+
+Runtimes = Sequence[int] | np.ndarray[Any, Any]
+
+
+class _Pin:
+    def __init__(self, model: str, model_version: str | None) -> None:
+        self.model = model
+        self.model_version = model_version
+
+    def _pin(self, result: RankResult) -> RankResult:
+        if result.degraded:
+            return result
+        if self.model_version is None:
+            self.model_version = result.model_version
+        elif result.model_version != self.model_version:
+            raise ProtocolError(
+                f"session pinned {self.model}:{self.model_version} "
+                f"but the service answered with version {result.model_version}"
+            )
+        return result
+
+
+class TuningSession(_Pin):
+    """``client.session(model)``: ``rank``/``feedback`` with the model version pinned."""
+
+    def __init__(
+        self, client: CostModelClient, model: str, model_version: str | None = None
+    ) -> None:
+        super().__init__(model, model_version)
+        self.client = client
+
+    def rank(
+        self,
+        graph: GraphInput,
+        configs: Any,
+        *,
+        top_k: int | None = None,
+        deadline: float | Deadline | None = None,
+        fallback: Sequence[int] | None = None,
+    ) -> RankResult:
+        result = self.client.rank(
+            self.model,
+            graph,
+            configs,
+            top_k=top_k,
+            deadline=deadline,
+            fallback=fallback,
+            model_version=self.model_version,
+        )
+        return self._pin(result)
+
+    def feedback(
+        self,
+        graph: GraphInput,
+        runtimes_ns: Runtimes,
+        *,
+        configs: Any | None = None,
+        config_indices: Sequence[int] | None = None,
+        deadline: float | Deadline | None = None,
+    ) -> FeedbackResult:
+        return self.client.feedback(
+            self.model,
+            graph,
+            runtimes_ns,
+            configs=configs,
+            config_indices=config_indices,
+            model_version=self.model_version,
+            deadline=deadline,
+        )
+
+
+class AsyncTuningSession(_Pin):
+    """The asyncio twin of ``TuningSession``."""
+
+    def __init__(
+        self, client: AsyncCostModelClient, model: str, model_version: str | None = None
+    ) -> None:
+        super().__init__(model, model_version)
+        self.client = client
+
+    async def rank(
+        self,
+        graph: GraphInput,
+        configs: Any,
+        *,
+        top_k: int | None = None,
+        deadline: float | Deadline | None = None,
+        fallback: Sequence[int] | None = None,
+    ) -> RankResult:
+        result = await self.client.rank(
+            self.model,
+            graph,
+            configs,
+            top_k=top_k,
+            deadline=deadline,
+            fallback=fallback,
+            model_version=self.model_version,
+        )
+        return self._pin(result)
+
+    async def feedback(
+        self,
+        graph: GraphInput,
+        runtimes_ns: Runtimes,
+        *,
+        configs: Any | None = None,
+        config_indices: Sequence[int] | None = None,
+        deadline: float | Deadline | None = None,
+    ) -> FeedbackResult:
+        return await self.client.feedback(
+            self.model,
+            graph,
+            runtimes_ns,
+            configs=configs,
+            config_indices=config_indices,
+            model_version=self.model_version,
+            deadline=deadline,
+        )

@@ -1,0 +1,147 @@
+"""The app factory and its lifespan, which owns every resource on ``app.state``.
+
+create_app(settings) -> FastAPI      nothing is opened until the lifespan starts
+app_from_env() -> FastAPI            for ``uvicorn service.app:app_from_env --factory``
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from costmodel.runner import SessionOptions
+from service.core.cache import EmbeddingCache
+from service.core.inputs import Limits
+from service.core.memory import MemoryLRU
+from service.core.ranker import Ranker
+from service.core.redis_store import RedisStore, connect
+from service.core.registry import ModelRegistry
+from service.errors import InvalidRequest, ServiceError, error_body, http_error
+from service.logs import configure_logging
+from service.metrics import Metrics
+from service.middleware import RequestContext
+from service.routes import ROUTERS
+from service.schemas import BODY_MODELS
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+API_VERSION = "1"
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Open the cache (and Redis), load and warm every model; close all on exit."""
+    settings: Settings = app.state.settings
+    app.state.metrics = metrics = Metrics()
+    redis = None
+    if settings.redis_url:
+        client = connect(
+            settings.redis_url,
+            settings.redis_timeout_s,
+            settings.redis_connect_timeout_s,
+        )
+        redis = RedisStore(client, settings.cache_ttl_s, settings.redis_cooldown_s)
+    memory = MemoryLRU(settings.memory_cache_bytes)
+    metrics.watch_memory(lambda: memory.nbytes, lambda: len(memory))
+    app.state.cache = cache = EmbeddingCache(memory, redis, metrics)
+    options = SessionOptions(settings.intra_op_threads, settings.inter_op_threads)
+    app.state.registry = registry = ModelRegistry(
+        settings.model_dir, settings.models, options, settings.keep_versions, metrics
+    )
+    limits = Limits(settings.max_nodes, settings.max_edges, settings.max_configs)
+    app.state.ranker = Ranker(
+        registry,
+        cache,
+        limits,
+        metrics,
+        settings.inference_workers,
+        settings.score_chunk_rows,
+    )
+    try:
+        await registry.load_all()
+        log.info(
+            "serving",
+            extra={
+                "models": settings.models,
+                "ready": registry.ready,
+                "redis": bool(redis),
+            },
+        )
+        yield
+    finally:
+        await cache.aclose()
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The ASGI app; resources open when its lifespan starts."""
+    app = FastAPI(
+        title="costmodel",
+        version=API_VERSION,
+        summary="Learned cost model: ranks XLA tile and layout configs for a graph.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.add_middleware(RequestContext, max_inflight=settings.max_inflight)
+    for router in ROUTERS:
+        app.include_router(router)
+    _install_error_handlers(app)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Factory for uvicorn: settings from ``COSTMODEL_*`` variables, JSON logs."""
+    settings = Settings()
+    configure_logging(settings.log_level)
+    return create_app(settings)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def service_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ServiceError)
+        status, body, headers = http_error(exc)
+        return JSONResponse(body, status, headers)
+
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0]
+        keys = [str(part) for part in first["loc"][1:] if isinstance(part, str)]
+        return await service_error(
+            request, InvalidRequest(first["msg"], ".".join(keys) or None)
+        )
+
+    async def http_exception(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error"
+        )
+        return JSONResponse(
+            error_body(code, str(exc.detail)), exc.status_code, exc.headers
+        )
+
+    app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_exception)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The generated schema plus the JSON body models that routes read by hand."""
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, summary=app.summary, routes=app.routes
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in BODY_MODELS:
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
+        app.openapi_schema = schema
+    return app.openapi_schema

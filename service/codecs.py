@@ -1,0 +1,208 @@
+"""Request bodies by media type: JSON or npz, decoded into the core's requests.
+
+The decoders are looked up in ``GRAPH_DECODERS``/``RANK_DECODERS`` by media type, so a
+new input format (HLO text, say) is one function and one table entry. Decoding only
+parses; validation of the arrays happens in ``service.core.inputs``.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from service.core.inputs import GRAPH_KEYS, RawGraph
+from service.core.ranker import RankRequest, UploadRequest
+from service.errors import (
+    InvalidRequest,
+    MalformedBody,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
+from service.schemas import NPZ_MEDIA_TYPE, GraphIn, RankIn
+
+JSON_MEDIA_TYPE = "application/json"
+CONFIG_KEYS = ("config_feat", "node_config_feat")
+# Keys of TpuGraphs files that the service does not need (labels, splits): ignored.
+IGNORED_KEYS = frozenset(
+    {"node_splits", "config_runtime", "config_runtime_normalizers"}
+)
+
+
+@dataclass(frozen=True)
+class Params:
+    """Query parameters; for npz bodies they carry what JSON puts in the body."""
+
+    model: str | None = None
+    model_version: str | None = None
+    graph_id: str | None = None
+    top_k: int | None = None
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def validation_error(exc: ValidationError) -> InvalidRequest | MalformedBody:
+    """The first pydantic error as ours, its location as a dotted field (no indices)."""
+    first = exc.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        return MalformedBody(str(first["msg"]))
+    keys = [str(part) for part in first["loc"] if isinstance(part, str)]
+    field = ".".join(keys) if keys else "body"
+    return InvalidRequest(first["msg"], field)
+
+
+def decode_upload(
+    body: bytes, content_type: str | None, params: Params, max_decoded: int
+) -> UploadRequest:
+    decoder = GRAPH_DECODERS.get(media_type(content_type))
+    if decoder is None:
+        raise UnsupportedMediaType(
+            _unsupported(content_type, GRAPH_DECODERS), "content-type"
+        )
+    if params.model is None:
+        raise InvalidRequest("query parameter 'model' is required", "model")
+    return UploadRequest(params.model, params.model_version, decoder(body, max_decoded))
+
+
+def decode_rank(
+    body: bytes, content_type: str | None, params: Params, max_decoded: int
+) -> RankRequest:
+    decoder = RANK_DECODERS.get(media_type(content_type))
+    if decoder is None:
+        raise UnsupportedMediaType(
+            _unsupported(content_type, RANK_DECODERS), "content-type"
+        )
+    return decoder(body, params, max_decoded)
+
+
+def _unsupported(content_type: str | None, table: Mapping[str, Any]) -> str:
+    return f"content type {content_type or '(none)'!r} is not one of {', '.join(table)}"
+
+
+def _json_graph(body: bytes, max_decoded: int) -> RawGraph:
+    try:
+        graph = GraphIn.model_validate_json(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    return _graph_arrays(graph, "", len(body))
+
+
+def _graph_arrays(graph: GraphIn, prefix: str, nbytes: int) -> RawGraph:
+    arrays = {
+        "node_feat": graph.node_feat,
+        "node_opcode": graph.node_opcode,
+        "edge_index": graph.edge_index,
+    }
+    if graph.node_config_ids is not None:
+        arrays["node_config_ids"] = graph.node_config_ids
+    return RawGraph(arrays, prefix, nbytes)
+
+
+def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
+    for name, value in vars(params).items():
+        if value is not None:
+            raise InvalidRequest(
+                "query parameters are for application/x-npz bodies; put it in the JSON",
+                name,
+            )
+    try:
+        req = RankIn.model_validate_json(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    graph = None if req.graph is None else _graph_arrays(req.graph, "graph.", len(body))
+    return RankRequest(
+        req.model,
+        req.model_version,
+        req.graph_id,
+        graph,
+        req.configs,
+        "configs",
+        req.top_k,
+    )
+
+
+def load_npz(body: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
+    """Arrays of an npz body: no pickles, and a bound on the decompressed size."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(body)) as archive:
+            decoded = sum(info.file_size for info in archive.infolist())
+            if decoded > max_decoded:
+                raise PayloadTooLarge(
+                    f"npz holds {decoded} bytes uncompressed (limit {max_decoded})",
+                    "body",
+                )
+        with np.load(io.BytesIO(body), allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise MalformedBody(f"not a readable npz archive: {exc}") from None
+
+
+def _npz_split(arrays: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    for key in arrays:
+        if key not in allowed and key not in IGNORED_KEYS:
+            raise InvalidRequest(f"unexpected array {key!r}", key)
+    return {k: v for k, v in arrays.items() if k in allowed}
+
+
+def _npz_graph(body: bytes, max_decoded: int) -> RawGraph:
+    arrays = _npz_split(
+        load_npz(body, max_decoded), frozenset(GRAPH_KEYS) | set(CONFIG_KEYS)
+    )
+    return RawGraph({k: v for k, v in arrays.items() if k in GRAPH_KEYS}, "", len(body))
+
+
+def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
+    if params.model is None:
+        raise InvalidRequest(
+            "query parameter 'model' is required for npz bodies", "model"
+        )
+    arrays = _npz_split(
+        load_npz(body, max_decoded), frozenset(GRAPH_KEYS) | set(CONFIG_KEYS)
+    )
+    present = [k for k in CONFIG_KEYS if k in arrays]
+    if len(present) != 1:
+        raise InvalidRequest(
+            "give exactly one of config_feat or node_config_feat", "config_feat"
+        )
+    graph_arrays = {k: v for k, v in arrays.items() if k in GRAPH_KEYS}
+    graph = RawGraph(graph_arrays, "", len(body)) if graph_arrays else None
+    return RankRequest(
+        params.model, params.model_version, params.graph_id, graph,
+        arrays[present[0]], present[0], params.top_k,
+    )  # fmt: skip
+
+
+GraphDecoder = Callable[[bytes, int], RawGraph]
+RankDecoder = Callable[[bytes, Params, int], RankRequest]
+
+GRAPH_DECODERS: dict[str, GraphDecoder] = {
+    JSON_MEDIA_TYPE: _json_graph,
+    NPZ_MEDIA_TYPE: _npz_graph,
+}
+RANK_DECODERS: dict[str, RankDecoder] = {
+    JSON_MEDIA_TYPE: _json_rank,
+    NPZ_MEDIA_TYPE: _npz_rank,
+}
+
+
+def encode_rank_npz(
+    ranking: np.ndarray[Any, Any],
+    scores: np.ndarray[Any, Any],
+    top_k: np.ndarray[Any, Any],
+) -> bytes:
+    """A rank answer as npz (for ``Accept: application/x-npz``)."""
+    buf = io.BytesIO()
+    np.savez(
+        buf,
+        ranking=ranking.astype(np.int64),
+        scores=scores.astype(np.float32),
+        top_k=top_k.astype(np.int64),
+    )
+    return buf.getvalue()

@@ -1,0 +1,138 @@
+"""Turn decoded request arrays into validated model inputs, or ``InvalidRequest``.
+
+Graph arrays go through ``tpugraphs.arrays.make_graph`` (the one definition of a valid
+graph); configs are checked against the artifact's declared config input, with its
+symbolic dimensions bound by the embedding the scorer will receive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from costmodel.manifest import TensorSpec
+from costmodel.runner import ArtifactRunner, Embedding
+from service.errors import InvalidRequest
+from tpugraphs.arrays import Graph, make_graph
+from tpugraphs.errors import GraphFormatError
+from tpugraphs.graph_id import graph_id
+
+GRAPH_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_nodes: int
+    max_edges: int
+    max_configs: int
+
+
+@dataclass(frozen=True)
+class RawGraph:
+    """Graph arrays as decoded from a body; ``prefix`` makes error fields precise."""
+
+    arrays: Mapping[str, Any]
+    prefix: str = ""
+    nbytes: int = 0  # size of the body it came from: big graphs are checked off-loop
+
+
+def _count(value: Any) -> int:
+    try:
+        return len(value)
+    except TypeError:  # a 0-d array: make_graph reports its shape
+        return 0
+
+
+def build_graph(raw: RawGraph, collection: str, limits: Limits) -> tuple[Graph, str]:
+    """Validate a graph for a model of ``collection``; returns it and its graph_id."""
+    arrays, prefix = raw.arrays, raw.prefix
+    for key in GRAPH_KEYS[:3]:
+        if key not in arrays:
+            raise InvalidRequest(f"missing array {key!r}", prefix + key)
+    ids = arrays.get("node_config_ids")
+    if collection == "layout" and ids is None:
+        raise InvalidRequest(
+            "a layout graph needs node_config_ids", prefix + "node_config_ids"
+        )
+    if collection == "tile" and ids is not None:
+        raise InvalidRequest(
+            "tile graphs take no node_config_ids", prefix + "node_config_ids"
+        )
+    if _count(arrays["node_feat"]) > limits.max_nodes:
+        raise InvalidRequest(
+            f"more than {limits.max_nodes} nodes", prefix + "node_feat"
+        )
+    if _count(arrays["edge_index"]) > limits.max_edges:
+        raise InvalidRequest(
+            f"more than {limits.max_edges} edges", prefix + "edge_index"
+        )
+    try:
+        graph = make_graph(
+            arrays["node_feat"], arrays["node_opcode"], arrays["edge_index"], ids
+        )
+    except GraphFormatError as exc:
+        raise InvalidRequest(exc.problem, prefix + exc.key) from None
+    gid = graph_id(
+        graph.node_feat, graph.node_opcode, graph.edge_index, graph.node_config_ids
+    )
+    return graph, gid
+
+
+def build_configs(
+    value: Any,
+    runner: ArtifactRunner,
+    embedding: Embedding,
+    field: str,
+    limits: Limits,
+    graph: Graph | None = None,
+) -> npt.NDArray[np.float32]:
+    """Validate a config batch against the scorer's config input; returns float32."""
+    spec = runner.manifest.config_input
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # ragged nested lists
+        raise InvalidRequest(
+            f"not a rectangular numeric array ({exc})", field
+        ) from None
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
+        raise InvalidRequest(f"expected a numeric array, got dtype {arr.dtype}", field)
+    if arr.ndim == 0 or arr.shape[0] == 0:
+        raise InvalidRequest("no configs given", field)
+    if arr.shape[0] > limits.max_configs:
+        raise InvalidRequest(f"more than {limits.max_configs} configs", field)
+    want = _expected_shape(spec, runner, embedding)
+    if graph is not None and graph.node_config_ids is not None and len(want) == 3:
+        want[1] = graph.num_configurable  # [C, NC, 18]: one row per configurable node
+    if arr.ndim != len(want) or any(
+        w is not None and w != got
+        for w, got in zip(want[1:], arr.shape[1:], strict=True)
+    ):
+        shown = ",".join("?" if w is None else str(w) for w in want)
+        raise InvalidRequest(
+            f"{runner.name} v{runner.version} takes {spec.name} of shape [{shown}], "
+            f"got {list(arr.shape)}",
+            field,
+        )
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(out).all():
+        raise InvalidRequest("contains NaN or infinite values", field)
+    return out
+
+
+def _expected_shape(
+    spec: TensorSpec, runner: ArtifactRunner, embedding: Embedding
+) -> list[int | None]:
+    """The config shape with symbolic dims bound from the embedding's actual shapes."""
+    bound: dict[str, int] = {}
+    for out in runner.manifest.embedding_specs:
+        actual = embedding.get(out.name)
+        if actual is None or actual.ndim != len(out.shape):
+            continue
+        for dim, size in zip(out.shape, actual.shape, strict=True):
+            if isinstance(dim, str):
+                bound.setdefault(dim, int(size))
+    return [dim if isinstance(dim, int) else bound.get(dim) for dim in spec.shape]

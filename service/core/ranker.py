@@ -1,0 +1,184 @@
+"""Rank configs for a graph: embed once per (model, version, graph), score per batch.
+
+The encoder and scorer run in worker threads (onnxruntime releases the GIL), limited
+to ``workers`` runs at once; the event loop only validates, looks up and sorts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+
+from costmodel.runner import ArtifactRunner, Embedding
+from service.core.cache import CacheKey, EmbeddingCache, Source
+from service.core.inputs import Limits, RawGraph, build_configs, build_graph
+from service.core.registry import ModelRegistry
+from service.errors import GraphNotFound, InvalidRequest
+from tpugraphs.arrays import Graph
+
+T = TypeVar("T")
+# Bodies above this size are validated and hashed off the event loop.
+INLINE_BYTES = 256 * 1024
+
+
+class StageEvents(Protocol):
+    """What the ranker reports (``service.metrics.Metrics`` implements it)."""
+
+    def encoded(self, model: str, seconds: float) -> None: ...
+    def scored(self, model: str, seconds: float, configs: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class UploadRequest:
+    model: str
+    model_version: str | None
+    graph: RawGraph
+
+
+@dataclass(frozen=True)
+class RankRequest:
+    model: str
+    model_version: str | None
+    graph_id: str | None
+    graph: RawGraph | None
+    configs: Any
+    configs_field: str
+    top_k: int | None = None
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    graph_id: str
+    nodes: int
+    edges: int
+    configurable_nodes: int
+    cached: bool
+
+
+@dataclass(frozen=True)
+class RankResult:
+    model: str
+    model_version: str
+    graph_id: str
+    cache: Source
+    scores: npt.NDArray[np.float32]  # scores[i] = config i, lower = faster
+    ranking: npt.NDArray[np.int64]  # all indices, best first, ties by index
+    top_k: npt.NDArray[np.int64]
+
+
+class Ranker:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        cache: EmbeddingCache,
+        limits: Limits,
+        events: StageEvents,
+        workers: int,
+        chunk_rows: int,
+    ) -> None:
+        self.registry = registry
+        self.cache = cache
+        self.limits = limits
+        self.events = events
+        self.chunk_rows = chunk_rows
+        self._limiter = anyio.CapacityLimiter(workers)
+
+    async def upload(self, req: UploadRequest) -> UploadResult:
+        """Validate a graph and make sure its embedding is cached."""
+        runner = self.registry.get(req.model, req.model_version)
+        graph, gid = await self._graph(req.graph, runner)
+        _, source = await self._embed(runner, gid, graph)
+        return UploadResult(
+            gid,
+            graph.num_nodes,
+            graph.num_edges,
+            graph.num_configurable,
+            source != "miss",
+        )
+
+    async def rank(self, req: RankRequest) -> RankResult:
+        """Score every config and sort them, best (lowest score) first."""
+        runner = self.registry.get(req.model, req.model_version)
+        if (req.graph is None) == (req.graph_id is None):
+            raise InvalidRequest("give exactly one of graph_id or graph", "graph_id")
+        if req.top_k is not None and not 1 <= req.top_k <= self.limits.max_configs:
+            raise InvalidRequest(
+                f"top_k must be in [1, {self.limits.max_configs}]", "top_k"
+            )
+        graph: Graph | None = None
+        if req.graph is not None:
+            graph, gid = await self._graph(req.graph, runner)
+            embedding, source = await self._embed(runner, gid, graph)
+        else:
+            gid = str(req.graph_id)
+            embedding, source = await self._cached(runner, gid)
+        configs = build_configs(
+            req.configs, runner, embedding, req.configs_field, self.limits, graph
+        )
+        scores = await self._run(self._score, runner, embedding, configs)
+        ranking = np.argsort(scores, kind="stable").astype(np.int64)
+        k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
+        return RankResult(
+            runner.name, runner.version, gid, source, scores, ranking, ranking[:k]
+        )
+
+    async def _graph(self, raw: RawGraph, runner: ArtifactRunner) -> tuple[Graph, str]:
+        args = (raw, runner.collection, self.limits)
+        if raw.nbytes <= INLINE_BYTES:
+            return build_graph(*args)
+        return await anyio.to_thread.run_sync(build_graph, *args)
+
+    async def _embed(
+        self, runner: ArtifactRunner, gid: str, graph: Graph
+    ) -> tuple[Embedding, Source]:
+        async def compute() -> Embedding:
+            return await self._run(self._encode, runner, graph)
+
+        key = CacheKey(runner.name, runner.version, gid)
+        return await self.cache.get_or_compute(key, runner.embedding_names, compute)
+
+    async def _cached(
+        self, runner: ArtifactRunner, gid: str
+    ) -> tuple[Embedding, Source]:
+        key = CacheKey(runner.name, runner.version, gid)
+        found = await self.cache.lookup(key, runner.embedding_names)
+        if found is None:
+            raise GraphNotFound(
+                f"graph {gid} is not cached for {runner.name} v{runner.version}; "
+                "upload it with PUT /v1/graphs or send it inline",
+                "graph_id",
+            )
+        return found
+
+    def _encode(self, runner: ArtifactRunner, graph: Graph) -> Embedding:
+        start = time.perf_counter()
+        embedding = runner.encode(graph)
+        self.events.encoded(runner.name, time.perf_counter() - start)
+        return embedding
+
+    def _score(
+        self,
+        runner: ArtifactRunner,
+        embedding: Embedding,
+        configs: npt.NDArray[np.float32],
+    ) -> npt.NDArray[np.float32]:
+        start = time.perf_counter()
+        rows_per_config = int(np.prod(configs.shape[1:-1], dtype=np.int64))
+        step = max(1, self.chunk_rows // max(1, rows_per_config))
+        parts = [
+            runner.score(embedding, configs[i : i + step])
+            for i in range(0, len(configs), step)
+        ]
+        scores = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.events.scored(runner.name, time.perf_counter() - start, len(configs))
+        return scores
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)

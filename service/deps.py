@@ -1,0 +1,56 @@
+"""Typed dependencies: two-line accessors over ``app.state``, overridable in tests."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.core.ranker import Ranker
+from service.core.registry import ModelRegistry
+from service.errors import Forbidden, Unauthorized
+from service.metrics import Metrics
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return cast(Settings, request.app.state.settings)
+
+
+def get_registry(request: Request) -> ModelRegistry:
+    return cast(ModelRegistry, request.app.state.registry)
+
+
+def get_ranker(request: Request) -> Ranker:
+    return cast(Ranker, request.app.state.ranker)
+
+
+def get_metrics(request: Request) -> Metrics:
+    return cast(Metrics, request.app.state.metrics)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
+RankerDep = Annotated[Ranker, Depends(get_ranker)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+_bearer = HTTPBearer(auto_error=False, description="COSTMODEL_ADMIN_TOKEN")
+
+
+def require_admin(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """401 without a bearer token, 403 with a wrong one or when no token is configured."""
+    if credentials is None:
+        raise Unauthorized("admin endpoint: send Authorization: Bearer <token>")
+    if settings.admin_token is None:
+        raise Forbidden("the admin API is disabled (COSTMODEL_ADMIN_TOKEN is not set)")
+    expected = settings.admin_token.get_secret_value().encode()
+    if not hmac.compare_digest(credentials.credentials.encode(), expected):
+        raise Forbidden("invalid admin token")
+
+
+AdminDep = Annotated[None, Depends(require_admin)]

@@ -1,0 +1,125 @@
+"""The service's one exception tree, and the one table that maps it to HTTP.
+
+    ServiceError                     base: code, message, field
+    ├── InvalidRequest               422 invalid_request: shapes, dtypes, NaN/inf, ranges
+    ├── MalformedBody                400 malformed_body: unparseable JSON or npz
+    ├── UnsupportedMediaType         415 unsupported_media_type
+    ├── PayloadTooLarge              413 payload_too_large
+    ├── ModelNotFound                404 model_not_found
+    ├── GraphNotFound                404 graph_not_found: upload the graph, then retry
+    ├── VersionNotLoaded             409 model_version_not_loaded
+    ├── ReloadFailed                 409 reload_failed: the old version keeps serving
+    ├── Unauthorized                 401 unauthorized
+    ├── Forbidden                    403 forbidden
+    └── Unavailable                  503 + Retry-After
+        ├── NotReady                     not_ready: a model is not loaded (yet)
+        └── Overloaded                   overloaded: too many requests in flight
+
+Domain code raises these and knows nothing of HTTP; ``service.app`` installs the
+handlers that call ``http_error``. Anything else that escapes becomes 500 ``internal``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    """A request the service refuses; ``field`` names the offending input, if one."""
+
+    code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidRequest(ServiceError):
+    code = "invalid_request"
+
+
+class MalformedBody(ServiceError):
+    code = "malformed_body"
+
+    def __init__(self, message: str, field: str | None = "body") -> None:
+        super().__init__(message, field)
+
+
+class UnsupportedMediaType(ServiceError):
+    code = "unsupported_media_type"
+
+
+class PayloadTooLarge(ServiceError):
+    code = "payload_too_large"
+
+
+class ModelNotFound(ServiceError):
+    code = "model_not_found"
+
+
+class GraphNotFound(ServiceError):
+    code = "graph_not_found"
+
+
+class VersionNotLoaded(ServiceError):
+    code = "model_version_not_loaded"
+
+
+class ReloadFailed(ServiceError):
+    code = "reload_failed"
+
+
+class Unauthorized(ServiceError):
+    code = "unauthorized"
+
+
+class Forbidden(ServiceError):
+    code = "forbidden"
+
+
+class Unavailable(ServiceError):
+    retry_after_s: ClassVar[int] = 1
+
+
+class NotReady(Unavailable):
+    code = "not_ready"
+    retry_after_s = 5
+
+
+class Overloaded(Unavailable):
+    code = "overloaded"
+
+
+# The one table: error class -> HTTP status. Subclasses inherit their parent's row.
+HTTP_STATUS: dict[type[ServiceError], int] = {
+    InvalidRequest: 422,
+    MalformedBody: 400,
+    UnsupportedMediaType: 415,
+    PayloadTooLarge: 413,
+    ModelNotFound: 404,
+    GraphNotFound: 404,
+    VersionNotLoaded: 409,
+    ReloadFailed: 409,
+    Unauthorized: 401,
+    Forbidden: 403,
+    Unavailable: 503,
+}
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The one JSON error shape: ``{"error": {"code", "message", "field"}}``."""
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def http_error(exc: ServiceError) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, body and headers for a domain error (500 for an unmapped class)."""
+    status = next(
+        (HTTP_STATUS[cls] for cls in type(exc).__mro__ if cls in HTTP_STATUS), 500
+    )
+    headers: dict[str, str] = {}
+    if isinstance(exc, Unavailable):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
+    return status, error_body(exc.code, exc.message, exc.field), headers

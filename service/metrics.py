@@ -1,0 +1,131 @@
+"""Prometheus metrics, one ``CollectorRegistry`` per app (tests build several apps).
+
+Implements the event protocols of the core (cache, registry, ranker) so the core
+never imports prometheus_client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from costmodel.runner import ArtifactRunner
+from service.core.cache import Level
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 50_000)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.request_seconds = Histogram(
+            "costmodel_request_duration_seconds", "Request latency, whole request.",
+            ["route", "method", "model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.requests = Counter(
+            "costmodel_requests", "Responses by route and status.",
+            ["route", "method", "status"], registry=r,
+        )  # fmt: skip
+        self.inflight = Gauge(
+            "costmodel_inflight_requests", "Requests in progress.", registry=r
+        )
+        self.encode_seconds = Histogram(
+            "costmodel_encode_duration_seconds", "Encoder run time (one graph).",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.score_seconds = Histogram(
+            "costmodel_score_duration_seconds", "Scorer run time (one config batch).",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.batch_size = Histogram(
+            "costmodel_rank_batch_size", "Configs per rank request.",
+            ["model"], buckets=BATCH_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.configs_ranked = Counter(
+            "costmodel_configs_ranked", "Configs scored.", ["model"], registry=r
+        )
+        self.cache_hits = Counter(
+            "costmodel_cache_hits", "Embedding cache hits.", ["level"], registry=r
+        )
+        self.cache_misses = Counter(
+            "costmodel_cache_misses", "Embedding cache misses.", ["level"], registry=r
+        )
+        self.cache_errors = Counter(
+            "costmodel_cache_errors", "Embedding cache failures (each one a miss).",
+            ["level", "op"], registry=r,
+        )  # fmt: skip
+        self.cache_bypassed = Counter(
+            "costmodel_cache_bypassed", "Lookups that skipped Redis during its cooldown.",
+            ["level"], registry=r,
+        )  # fmt: skip
+        self.memory_bytes = Gauge(
+            "costmodel_cache_memory_bytes",
+            "Bytes held by the in-process cache.",
+            registry=r,
+        )
+        self.memory_entries = Gauge(
+            "costmodel_cache_memory_entries",
+            "Entries in the in-process cache.",
+            registry=r,
+        )
+        self.model_info = Gauge(
+            "costmodel_model_info", "Loaded model versions (1 = serves unpinned requests).",
+            ["model", "version", "collection"], registry=r,
+        )  # fmt: skip
+        self.reloads = Counter(
+            "costmodel_model_reloads", "Model loads and reloads by result.",
+            ["model", "result"], registry=r,
+        )  # fmt: skip
+        self._loaded: dict[str, list[tuple[str, str, str]]] = {}
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def watch_memory(
+        self, nbytes: Callable[[], float], entries: Callable[[], float]
+    ) -> None:
+        self.memory_bytes.set_function(nbytes)
+        self.memory_entries.set_function(entries)
+
+    # service.core.cache.CacheEvents
+    def cache_hit(self, level: Level) -> None:
+        self.cache_hits.labels(level).inc()
+
+    def cache_miss(self, level: Level) -> None:
+        self.cache_misses.labels(level).inc()
+
+    def cache_error(self, level: Level, op: str) -> None:
+        self.cache_errors.labels(level, op).inc()
+
+    def cache_bypass(self, level: Level) -> None:
+        self.cache_bypassed.labels(level).inc()
+
+    # service.core.ranker.StageEvents
+    def encoded(self, model: str, seconds: float) -> None:
+        self.encode_seconds.labels(model).observe(seconds)
+
+    def scored(self, model: str, seconds: float, configs: int) -> None:
+        self.score_seconds.labels(model).observe(seconds)
+        self.batch_size.labels(model).observe(configs)
+        self.configs_ranked.labels(model).inc(configs)
+
+    # service.core.registry.RegistryEvents
+    def model_versions(self, name: str, loaded: Sequence[ArtifactRunner]) -> None:
+        for labels in self._loaded.pop(name, []):
+            self.model_info.remove(*labels)
+        self._loaded[name] = [(name, run.version, run.collection) for run in loaded]
+        for i, labels in enumerate(self._loaded[name]):
+            self.model_info.labels(*labels).set(1 if i == len(loaded) - 1 else 0)
+
+    def model_reload(self, name: str, result: str) -> None:
+        self.reloads.labels(name, result).inc()

@@ -1,0 +1,124 @@
+"""One pure-ASGI middleware for every request: request id, in-flight limit, metrics,
+access log, and the last-resort 500 in the error shape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import Overloaded, error_body, http_error
+from service.logs import request_id
+from service.metrics import Metrics
+
+log = logging.getLogger("service.access")
+
+REQUEST_ID_HEADER = "x-request-id"
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Health and metrics are never refused and logged at debug level only.
+_LIMITED_PREFIX = "/v1/"
+
+
+def _request_id(scope: Scope) -> str:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            candidate = str(value.decode("latin-1"))
+            if _VALID_ID.match(candidate):
+                return candidate
+    return uuid.uuid4().hex
+
+
+@dataclass
+class _Sent:
+    status: int | None = None  # set once the response has started
+
+
+class RequestContext:
+    def __init__(self, app: ASGIApp, max_inflight: int) -> None:
+        self.app = app
+        self.max_inflight = max_inflight
+        self._inflight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = _request_id(scope)
+        token = request_id.set(rid)
+        metrics: Metrics | None = getattr(scope["app"].state, "metrics", None)
+        started, sent = time.perf_counter(), _Sent()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                sent.status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((REQUEST_ID_HEADER.encode(), rid.encode("latin-1")))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        limited = scope["path"].startswith(_LIMITED_PREFIX)
+        self._inflight += int(limited)
+        if metrics is not None:
+            metrics.inflight.inc()
+        try:
+            if limited and self._inflight > self.max_inflight:
+                exc = Overloaded(f"more than {self.max_inflight} requests in flight")
+                await _send_error(send_with_id, *http_error(exc))
+            else:
+                await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error")
+            if sent.status is None:
+                await _send_error(
+                    send_with_id, 500, error_body("internal", "internal error"), {}
+                )
+        finally:
+            self._inflight -= int(limited)
+            status = 500 if sent.status is None else sent.status
+            self._record(scope, metrics, status, time.perf_counter() - started)
+            request_id.reset(token)
+
+    def _record(
+        self, scope: Scope, metrics: Metrics | None, status: int, seconds: float
+    ) -> None:
+        route = getattr(scope.get("route"), "path", "unmatched")
+        model = str(scope.get("state", {}).get("model", ""))
+        method = scope["method"]
+        if metrics is not None:
+            metrics.inflight.dec()
+            metrics.request_seconds.labels(route, method, model).observe(seconds)
+            metrics.requests.labels(route, method, str(status)).inc()
+        level = logging.INFO if route.startswith(_LIMITED_PREFIX) else logging.DEBUG
+        log.log(
+            level,
+            "%s %s %d",
+            method,
+            scope["path"],
+            status,
+            extra={
+                "route": route,
+                "status": status,
+                "ms": round(seconds * 1000, 2),
+                "model": model,
+            },
+        )
+
+
+async def _send_error(
+    send: Send, status: int, body: dict[str, Any], headers: dict[str, str]
+) -> None:
+    payload = json.dumps(body).encode()
+    raw = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})

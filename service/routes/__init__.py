@@ -1,0 +1,14 @@
+"""HTTP routes: each parses, calls the core, and returns a schema."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.routes import graphs, health, models, rank
+
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    models.router,
+    graphs.router,
+    rank.router,
+)

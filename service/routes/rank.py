@@ -1,0 +1,80 @@
+"""Rank configs for a graph (by graph_id, or sent inline)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from service.body import parse, read_body
+from service.codecs import Params, decode_rank, encode_rank_npz
+from service.core.ranker import RankResult
+from service.deps import RankerDep, SettingsDep
+from service.schemas import (
+    HEX64,
+    NPZ_MEDIA_TYPE,
+    VERSION,
+    RankIn,
+    RankOut,
+    binary_body,
+    error_responses,
+)
+
+router = APIRouter(prefix="/v1", tags=["ranking"])
+
+_NPZ_ANSWER: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        "description": "JSON, or with Accept: application/x-npz an npz of ranking, "
+        "scores, top_k and X-Model/X-Model-Version/X-Cache/X-Graph-ID headers",
+    }
+}
+
+
+@router.post(
+    "/rank",
+    response_model=RankOut,
+    responses={**_NPZ_ANSWER, **error_responses(400, 404, 409, 413, 415, 422, 503)},
+    openapi_extra=binary_body(RankIn),
+)
+async def rank(
+    request: Request,
+    ranker: RankerDep,
+    settings: SettingsDep,
+    model: str | None = Query(
+        None, min_length=1, max_length=64, description="npz bodies"
+    ),
+    graph_id: str | None = Query(None, pattern=HEX64, description="npz bodies"),
+    top_k: int | None = Query(None, ge=1, description="npz bodies"),
+    model_version: str | None = Query(None, pattern=VERSION, description="npz bodies"),
+) -> RankOut | Response:
+    """Score configs (JSON or npz body); ``ranking`` lists all indices, best first."""
+    body = await read_body(request, settings.max_body_bytes)
+    params = Params(model, model_version, graph_id, top_k)
+    content_type = request.headers.get("content-type")
+    req = await parse(
+        decode_rank, body, content_type, params, settings.max_decoded_bytes
+    )
+    request.state.model = req.model
+    result = await ranker.rank(req)
+    if NPZ_MEDIA_TYPE in request.headers.get("accept", ""):
+        return _npz_answer(result)
+    return _json_answer(result)
+
+
+def _json_answer(r: RankResult) -> RankOut:
+    return RankOut(
+        model=r.model, model_version=r.model_version, graph_id=r.graph_id, cache=r.cache,
+        ranking=r.ranking.tolist(), scores=r.scores.tolist(), top_k=r.top_k.tolist(),
+    )  # fmt: skip
+
+
+def _npz_answer(r: RankResult) -> Response:
+    headers = {
+        "X-Model": r.model,
+        "X-Model-Version": r.model_version,
+        "X-Cache": r.cache,
+        "X-Graph-ID": r.graph_id,
+    }
+    content = encode_rank_npz(r.ranking, r.scores, r.top_k)
+    return Response(content, media_type=NPZ_MEDIA_TYPE, headers=headers)

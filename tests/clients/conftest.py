@@ -1,0 +1,125 @@
+"""Client test fixtures: real TpuGraphs files, the fake service, a recording sleep."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from clientfakes import FakeService, Sleeps
+
+from clients import CostModelClient, RetryPolicy
+from tpugraphs.arrays import Sample
+from tpugraphs.reader import load_npz
+
+TILE_DIR = Path("pb/official_testdata/op_tuning_data.converted")
+LAYOUT_FILE = Path("npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def tile_paths(shared_data: Path) -> list[Path]:
+    return sorted((shared_data / TILE_DIR).glob("*.npz"))
+
+
+@pytest.fixture(scope="session")
+def tile_path(tile_paths: list[Path]) -> Path:
+    """fusion.191: the kernel with the most configs (579)."""
+    return next(p for p in tile_paths if p.name.startswith("fusion.191_"))
+
+
+@pytest.fixture(scope="session")
+def layout_path(shared_data: Path) -> Path:
+    return shared_data / LAYOUT_FILE
+
+
+@pytest.fixture(scope="session")
+def tile_sample(tile_path: Path) -> Sample:
+    return load_npz(tile_path)
+
+
+@pytest.fixture(scope="session")
+def layout_sample(layout_path: Path) -> Sample:
+    return load_npz(layout_path)
+
+
+@pytest.fixture
+def fake() -> FakeService:
+    return FakeService()
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+@pytest.fixture
+def client(fake: FakeService, sleeps: Sleeps) -> Iterator[CostModelClient]:
+    with CostModelClient(
+        "http://costmodel.test",
+        transport=httpx.MockTransport(fake),
+        retry=RetryPolicy(max_attempts=4),
+        sleep=sleeps,
+    ) as c:
+        yield c
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def live_server(
+    redis_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The real service under uvicorn (shipped models, real Redis), on a free port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path_factory.mktemp("uvicorn") / "server.log"
+    log = log_path.open("wb")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COSTMODEL_MODEL_DIR": str(REPO / "models" / "artifacts"),
+        "COSTMODEL_MODELS": "tile,layout",
+        "COSTMODEL_REDIS_URL": redis_server.url,
+        "COSTMODEL_LOG_LEVEL": "WARNING",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "service.app:app_from_env", "--factory",
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, proc, log_path, timeout=60)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        log.close()
+
+
+def _wait_ready(
+    url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    with CostModelClient(url) as probe:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if probe.ready():
+                return
+            time.sleep(0.1)
+    tail = log_path.read_text(errors="replace")[-3000:]
+    state = "not ready" if proc.poll() is None else f"exited with {proc.returncode}"
+    pytest.fail(f"service at {url} {state} after {timeout}s; its log:\n{tail}")

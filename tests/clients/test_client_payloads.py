@@ -1,0 +1,106 @@
+"""Graph inputs in every accepted form hash to the service's canonical id."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clients import InvalidRequest, prepare_graph
+from clients.payloads import config_array, configs_npz
+from tpugraphs.arrays import Sample
+from tpugraphs.graph_id import graph_id
+
+
+def file_id(path: Path) -> str:
+    with np.load(path) as d:
+        ids = d["node_config_ids"] if "node_config_ids" in d.files else None
+        return graph_id(d["node_feat"], d["node_opcode"], d["edge_index"], ids)
+
+
+@pytest.mark.parametrize("which", ["tile", "layout"])
+def test_every_graph_form_gives_the_same_id(
+    which: str,
+    tile_path: Path,
+    layout_path: Path,
+    tile_sample: Sample,
+    layout_sample: Sample,
+) -> None:
+    path, sample = (
+        (tile_path, tile_sample) if which == "tile" else (layout_path, layout_sample)
+    )
+    expected = file_id(path)
+    with np.load(path) as npz:
+        forms = [
+            path,
+            str(path),
+            sample,
+            sample.graph,
+            npz,
+            {k: npz[k] for k in npz.files},
+        ]
+        ids = {prepare_graph(form).graph_id for form in forms}
+    assert ids == {expected}
+    prepared = prepare_graph(path)
+    assert prepare_graph(prepared) is prepared and prepared.collection == which
+
+
+def test_lists_and_other_int_widths_are_canonicalised(tile_sample: Sample) -> None:
+    g = tile_sample.graph
+    as_lists = {
+        "node_feat": g.node_feat.tolist(),
+        "node_opcode": g.node_opcode.astype(np.int32).tolist(),
+        "edge_index": g.edge_index.astype(np.int32),
+    }
+    assert prepare_graph(as_lists).graph_id == prepare_graph(g).graph_id
+
+
+def test_upload_body_round_trips(layout_sample: Sample) -> None:
+    prepared = prepare_graph(layout_sample)
+    with np.load(io.BytesIO(prepared.npz_bytes)) as data:
+        assert sorted(data.files) == [
+            "edge_index",
+            "node_config_ids",
+            "node_feat",
+            "node_opcode",
+        ]
+        assert prepare_graph(data).graph_id == prepared.graph_id
+
+
+def test_config_wire_dtypes(tile_sample: Sample, layout_sample: Sample) -> None:
+    layout = prepare_graph(layout_sample)
+    rows = config_array(layout_sample.configs[:3], layout)
+    with np.load(io.BytesIO(configs_npz(rows, layout))) as d:
+        assert d["node_config_feat"].dtype == np.int8
+    odd = rows.copy()
+    odd[0, 0, 0] = 0.5  # not a small int: keep float32 rather than corrupt it
+    with np.load(io.BytesIO(configs_npz(odd, layout))) as d:
+        assert (
+            d["node_config_feat"].dtype == np.float32
+            and d["node_config_feat"][0, 0, 0] == 0.5
+        )
+    tile = prepare_graph(tile_sample)
+    with np.load(
+        io.BytesIO(configs_npz(config_array(tile_sample.configs, tile), tile))
+    ) as d:
+        assert d["config_feat"].dtype == np.float32
+
+
+def test_bad_inputs_name_the_field(tmp_path: Path, tile_sample: Sample) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        prepare_graph(
+            {"node_feat": np.zeros((2, 3)), "node_opcode": [1, 2], "edge_index": []}
+        )
+    assert info.value.field == "node_feat"
+    with pytest.raises(InvalidRequest) as info:
+        prepare_graph({"node_feat": np.zeros((2, 140))})
+    assert info.value.field == "node_opcode"
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(InvalidRequest, match="cannot read npz"):
+        prepare_graph(bad)
+    with pytest.raises(InvalidRequest) as info:
+        config_array(np.full((2, 24), np.nan), prepare_graph(tile_sample))
+    assert info.value.field == "config_feat"
