@@ -13,6 +13,9 @@ import typer
 
 # command name -> "module:function"
 COMMANDS = {
+    "train": "models.cli:train",
+    "evaluate": "models.cli:evaluate",
+    "export": "models.cli:export",
     "serve": "service.cli:serve",
     "replay": "clients.cli:replay",
     "featurize": "tpugraphs.hlo.cli:featurize",

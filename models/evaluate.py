@@ -1,0 +1,175 @@
+"""Stage 4: evaluate an artifact directory exactly as it is served (onnxruntime).
+
+Every labelled file of the artifact's collection is scored through
+``costmodel.runner.ArtifactRunner`` on its raw configs (no de-duplication: repeats are
+part of the official evaluation). Layout graphs listed in the official eval_indices
+JSON (``<root>/eval_indices/{xla|nlp}_{default|random}.json``, found next to the ``npz``
+folder of the file, else in ``../shared/tpugraphs``) are scored on those 1,000 configs;
+other graphs on all configs. Unlabelled (test) files are skipped with a note.
+Metric definitions: ``models.metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel.runner import ArtifactRunner
+from models.metrics import (
+    default_baseline_layout,
+    default_baseline_tile,
+    mean_metrics,
+    metric_keys,
+    metrics_for,
+    random_baseline,
+)
+from tpugraphs.arrays import Sample
+from tpugraphs.reader import expand_paths, load_npz
+
+DEFAULT_SHARED = Path(__file__).resolve().parents[2] / "shared" / "tpugraphs"
+LAYOUT_CELLS = 2_000_000  # configs x configurable nodes scored per scorer call
+
+
+def eval_indices_for(path: Path) -> list[int] | None:
+    """Official eval config indices for ``.../layout/<source>/<search>/<split>/<g>.npz``."""
+    parts = path.resolve().parts
+    if "layout" not in parts or parts.index("layout") + 2 >= len(parts):
+        return None
+    i = parts.index("layout")
+    table = f"{parts[i + 1]}_{parts[i + 2]}.json"
+    roots = [
+        Path(*parts[:j]) for j in range(len(parts) - 1, 0, -1) if parts[j] == "npz"
+    ]
+    for root in [*roots, DEFAULT_SHARED]:
+        indices = _load_table(root / "eval_indices" / table)
+        if path.stem in indices:
+            return indices[path.stem]
+    return None
+
+
+@cache
+def _load_table(path: Path) -> dict[str, list[int]]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def score_sample(
+    runner: ArtifactRunner, sample: Sample, configs: np.ndarray
+) -> np.ndarray:
+    embedding = runner.encode(sample.graph)
+    per_config = max(1, int(np.prod(configs.shape[1:-1])))  # NC for layout, 1 for tile
+    chunk = max(1, LAYOUT_CELLS // per_config)
+    parts = [
+        runner.score(embedding, configs[i : i + chunk])
+        for i in range(0, len(configs), chunk)
+    ]
+    return np.concatenate(parts)
+
+
+def evaluate_sample(
+    runner: ArtifactRunner, sample: Sample, path: Path
+) -> dict[str, Any]:
+    collection = runner.collection
+    indices = eval_indices_for(path) if collection == "layout" else None
+    if indices is not None and max(indices) >= sample.num_configs:
+        indices = None  # a different config set than the one the indices were made for
+    pick = np.arange(sample.num_configs) if indices is None else np.asarray(indices)
+    targets = sample.targets()[pick]
+    scores = score_sample(runner, sample, sample.configs[pick])
+    row: dict[str, Any] = {
+        "graph": path.stem,
+        "file": str(path),
+        "num_configs": int(pick.size),
+        "config_set": "all" if indices is None else "eval_indices",
+        **metrics_for(collection, scores, targets),
+        "random": random_baseline(collection, targets),
+    }
+    if collection == "tile":
+        assert sample.normalizers is not None
+        row["default"] = default_baseline_tile(
+            targets, 1.0
+        )  # targets are runtime/default
+    return row
+
+
+def evaluate_artifact(
+    model_dir: Path, paths: Sequence[Path], note: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """The report: per-graph metrics, their mean, and the baselines' means."""
+    runner = ArtifactRunner(model_dir)
+    collection = runner.collection
+    note = note or (lambda msg: print(msg, file=sys.stderr))
+    rows, skipped = [], []
+    for path in expand_paths(paths):
+        sample = load_npz(path)
+        if sample.collection != collection:
+            continue
+        if not sample.labelled:
+            skipped.append({"file": str(path), "reason": "unlabelled (test file)"})
+            note(f"skipped {path}: unlabelled (test file)")
+            continue
+        rows.append(evaluate_sample(runner, sample, path))
+    keys = metric_keys(collection)
+    default: dict[str, Any] = (
+        mean_metrics([r["default"] for r in rows], keys)
+        if collection == "tile"
+        else default_baseline_layout()
+    )
+    return _nan_to_none(
+        {
+            "collection": collection,
+            "model_version": runner.version,
+            "model_name": runner.name,
+            "graphs": rows,
+            "mean": mean_metrics(rows, keys),
+            "baselines": {
+                "random": mean_metrics([r["random"] for r in rows], keys),
+                "default": default,
+            },
+            "skipped": skipped,
+        }
+    )
+
+
+def _nan_to_none(value: Any) -> Any:
+    """JSON has no NaN: an undefined metric (tau of constant runtimes) becomes null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Mean metrics of model vs baselines, as a markdown table."""
+    keys = metric_keys(report["collection"])
+    cols = [("model", report["mean"]), ("random", report["baselines"]["random"]),
+            ("default", report["baselines"]["default"])]  # fmt: skip
+    head = (
+        f"| {report['collection']} ({len(report['graphs'])} graphs) | "
+        + " | ".join(keys)
+        + " |"
+    )
+    lines = [head, "|---" * (len(keys) + 1) + "|"]
+    for label, values in cols:
+        cells = ["n/a" if values.get(k) is None else f"{values[k]:.4g}" for k in keys]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """``python -m models.evaluate ARTIFACT_DIR PATH...``."""
+    report = evaluate_artifact(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]])
+    print(format_table(report))
+
+
+if __name__ == "__main__":
+    main()

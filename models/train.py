@@ -1,0 +1,311 @@
+"""Stage 3: train a cost model on CPU with a pairwise ranking loss, then export it.
+
+Each step takes one graph, samples up to ``batch_configs`` of its distinct configs and
+applies a pairwise hinge loss: for every pair whose targets differ, the faster config
+must score at least ``margin`` lower. Big graphs get a few steps per epoch. After every
+epoch the validation graphs are scored (PyTorch, all distinct configs) and the epoch's
+line (loss + validation metrics) goes to the console and to ``train_log.jsonl``; the
+best epoch (tile: mean of the top-1/5/10 slowdowns, lower is better; layout: Kendall
+tau, higher is better) is kept, and training stops after ``patience`` epochs without
+improvement. With no validation graphs it keeps the last epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from models.data import Example, ExampleStore, FeatureStats, feature_stats
+from models.metrics import mean_metrics, metric_keys, metrics_for
+from models.network import CostModel, ModelConfig
+from tpugraphs.arrays import Graph
+from tpugraphs.spec import Collection
+
+LOG_FILE = "train_log.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    collection: Collection
+    epochs: int = 30
+    seed: int = 0
+    lr: float = 2e-3
+    weight_decay: float = 1e-5
+    batch_configs: int = 64  # configs per step (all pairs among them are ranked)
+    max_steps_per_graph: int = 4  # per epoch, for graphs with many configs
+    # Per graph, after de-duplication; bounds memory. None: 20,000 (tile) or 2,000
+    # (layout, whose configs are [NC,18] each: up to ~1,000 nodes on nlp graphs).
+    max_configs: int | None = None
+    margin: float = 0.1
+    patience: int = 8
+    # One intra-op thread: per-graph tensors are small, and on shared cores OpenMP's
+    # spinning makes tiny ops (index_add) 100x slower than the single-threaded path.
+    threads: int = 1
+    model: ModelConfig = field(default_factory=lambda: ModelConfig("tile"))
+
+    def __post_init__(self) -> None:
+        if self.max_configs is None:
+            self.max_configs = 20_000 if self.collection == "tile" else 2_000
+
+
+@dataclass
+class TrainResult:
+    model: CostModel
+    summary: dict[str, Any]  # goes into the manifest's ``training``
+    valid_metrics: dict[str, float | None]
+
+
+def set_seeds(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def graph_tensors(graph: Graph) -> dict[str, torch.Tensor]:
+    out = {
+        "node_feat": torch.from_numpy(graph.node_feat),
+        "node_opcode": torch.from_numpy(graph.node_opcode.astype(np.int64)),
+        "edge_index": torch.from_numpy(graph.edge_index),
+    }
+    if graph.node_config_ids is not None:
+        out["node_config_ids"] = torch.from_numpy(graph.node_config_ids)
+    return out
+
+
+def pairwise_hinge(
+    scores: torch.Tensor, targets: torch.Tensor, margin: float
+) -> torch.Tensor:
+    """Mean of ``relu(margin - (s_slow - s_fast))`` over pairs with different targets."""
+    slower = targets[None, :] > targets[:, None]  # [i, j]: j is slower than i
+    gaps = scores[None, :] - scores[:, None]
+    losses = torch.relu(margin - gaps)[slower]
+    return losses.mean() if losses.numel() else scores.sum() * 0.0
+
+
+def score_all(model: CostModel, graph: Graph, configs: np.ndarray) -> np.ndarray:
+    """PyTorch scores for every config, in chunks (the scorer is batch-independent)."""
+    chunk = max(1, 1_000_000 // max(1, int(np.prod(configs.shape[1:-1]))))
+    model.eval()
+    with torch.no_grad():
+        emb = model.encode(graph_tensors(graph))
+        parts = [
+            model.scorer(*emb, torch.from_numpy(configs[i : i + chunk])).numpy()
+            for i in range(0, configs.shape[0], chunk)
+        ]
+    return np.concatenate(parts)
+
+
+def validate(model: CostModel, examples: Iterable[Example]) -> dict[str, float | None]:
+    collection = model.cfg.collection
+    rows = [
+        metrics_for(collection, score_all(model, ex.graph, ex.configs), ex.targets)
+        for ex in examples
+        if ex.rankable
+    ]
+    return mean_metrics(rows, metric_keys(collection))
+
+
+def selection_score(collection: str, metrics: dict[str, float | None]) -> float:
+    """Higher is better; NaN-free so early stopping can compare epochs."""
+    if collection == "layout":
+        tau = metrics.get("kendall_tau")
+        return -math.inf if tau is None else tau
+    values = [v for k, v in metrics.items() if v is not None]
+    return -float(np.mean(values)) if values else -math.inf
+
+
+def install_stats(model: CostModel, stats: FeatureStats) -> None:
+    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    model.set_stats({
+        "node": (t(stats.node_mean), t(stats.node_std)),
+        "config": (t(stats.config_mean), t(stats.config_std)),
+    })  # fmt: skip
+
+
+def steps_for(ex: Example, cfg: TrainConfig) -> int:
+    if not ex.rankable:
+        return 0
+    return min(
+        cfg.max_steps_per_graph, math.ceil(ex.configs.shape[0] / cfg.batch_configs)
+    )
+
+
+def train_epoch(
+    model: CostModel,
+    opt: torch.optim.Optimizer,
+    examples: Iterable[Example],
+    cfg: TrainConfig,
+    rng: np.random.Generator,
+    advance: Callable[[], None],
+) -> float:
+    """Graphs in the order given; each gets ``steps_for`` steps on fresh config samples."""
+    model.train()
+    losses = []
+    for ex in examples:
+        graph = graph_tensors(ex.graph)
+        for _ in range(steps_for(ex, cfg)):
+            k = min(cfg.batch_configs, ex.configs.shape[0])
+            pick = np.sort(rng.choice(ex.configs.shape[0], k, replace=False))
+            scores = model(graph, torch.from_numpy(ex.configs[pick]))
+            loss = pairwise_hinge(
+                scores, torch.from_numpy(ex.targets[pick]), cfg.margin
+            )
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+            advance()
+    return float(np.mean(losses)) if losses else math.nan
+
+
+@dataclass
+class _Scan:
+    """What the statistics pass saw of the training files."""
+
+    graphs: int = 0
+    rankable: int = 0
+    configs_raw: int = 0
+    configs_dedup: int = 0
+    steps: int = 0
+
+
+def _scan_and_stats(
+    store: ExampleStore, cfg: TrainConfig
+) -> tuple[FeatureStats, _Scan]:
+    scan = _Scan()
+
+    def counted() -> Iterator[Example]:
+        for ex in store:
+            scan.graphs += 1
+            if ex.rankable:
+                scan.rankable += 1
+                scan.configs_raw += ex.raw_configs
+                scan.configs_dedup += ex.configs.shape[0]
+                scan.steps += steps_for(ex, cfg)
+            yield ex
+
+    stats = feature_stats(counted(), cfg.collection)
+    if not scan.rankable:
+        raise ValueError("no training graph has 2 or more distinct configs")
+    return stats, scan
+
+
+def fit(
+    train_paths: Sequence[Path],
+    valid_paths: Sequence[Path],
+    cfg: TrainConfig,
+    log_dir: Path,
+    console: Console | None = None,
+) -> TrainResult:
+    """Train on ``train_paths``, select on ``valid_paths``; logs go to ``log_dir``."""
+    console = console or Console(stderr=True)
+    set_seeds(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    start = time.monotonic()
+    train_store = ExampleStore(train_paths, cfg.collection, cfg.max_configs, cfg.seed)
+    valid_store = ExampleStore(valid_paths, cfg.collection, cfg.max_configs, cfg.seed)
+    stats, scan = _scan_and_stats(train_store, cfg)
+    model = CostModel(cfg.model)
+    install_stats(model, stats)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    rng = np.random.default_rng(cfg.seed)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / LOG_FILE
+    log_path.write_text("")
+    best: tuple[float, int, dict[str, Any], dict[str, float | None]] | None = None
+    with _progress(console) as progress:
+        task = progress.add_task(
+            f"train {cfg.collection}", total=cfg.epochs * scan.steps
+        )
+        for epoch in range(1, cfg.epochs + 1):
+            t0 = time.monotonic()
+            epoch_data = train_store.shuffled(rng)
+            loss = train_epoch(
+                model, opt, epoch_data, cfg, rng, lambda: progress.advance(task)
+            )
+            metrics = validate(model, valid_store) if valid_paths else {}
+            score = selection_score(cfg.collection, metrics) if valid_paths else epoch
+            improved = best is None or score > best[0]
+            if improved:
+                best = (score, epoch, copy.deepcopy(model.state_dict()), metrics)
+            line = {"epoch": epoch, "loss": loss, "valid": metrics, "best": improved,
+                    "seconds": round(time.monotonic() - t0, 3)}  # fmt: skip
+            with log_path.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+            shown = " ".join(
+                f"{k}={v:.4g}" for k, v in metrics.items() if v is not None
+            )
+            star = " *" if improved else ""
+            progress.console.print(f"epoch {epoch:3d} loss={loss:.4f} {shown}{star}")
+            if best is not None and epoch - best[1] >= cfg.patience:
+                progress.console.print(f"early stop: best epoch was {best[1]}")
+                break
+    assert best is not None
+    model.load_state_dict(best[2])
+    model.eval()
+    summary = {
+        "collection": cfg.collection,
+        "data_files": [str(p) for p in train_paths],
+        "valid_files": [str(p) for p in valid_paths],
+        "graphs": scan.rankable,
+        "graphs_skipped_lt2_configs": scan.graphs - scan.rankable,
+        "configs_raw": scan.configs_raw,
+        "configs_after_dedup": scan.configs_dedup,
+        "dedup_runtime": "mean",
+        "epochs_run": epoch,
+        "best_epoch": best[1],
+        "seed": cfg.seed,
+        "seconds": round(time.monotonic() - start, 2),
+        "loss": f"pairwise_hinge(margin={cfg.margin})",
+        "final_train_loss": loss,
+        "train_config": {k: v for k, v in asdict(cfg).items() if k != "model"},
+        "model_config": cfg.model.to_dict(),
+    }
+    return TrainResult(model, summary, best[3])
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console, transient=True,
+    )  # fmt: skip
+
+
+def main() -> None:
+    """``python -m models.train tile|layout OUT_DIR PATH...`` (holds out validation files)."""
+    from models.checkpoint import save_checkpoint
+    from models.data import collection_files, holdout_split
+    from models.export import export_artifact
+
+    collection, out = sys.argv[1], Path(sys.argv[2])
+    train_paths, valid_paths = holdout_split(collection_files(sys.argv[3:], collection))  # type: ignore[arg-type]
+    cfg = TrainConfig(collection, model=ModelConfig(collection))  # type: ignore[arg-type]
+    result = fit(train_paths, valid_paths, cfg, out)
+    save_checkpoint(result, out)
+    export_artifact(result, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Metrics against hand-computed values and brute force (ties, K > C, exact baselines)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from models.metrics import (
+    default_baseline_tile,
+    expected_random_topk_slowdown,
+    kendall_tau,
+    layout_metrics,
+    mean_metrics,
+    random_baseline,
+    tile_metrics,
+    topk_slowdown,
+)
+
+
+def brute_tau_b(x: np.ndarray, y: np.ndarray) -> float:
+    n = len(x)
+    s = tx = ty = 0
+    for i, j in itertools.combinations(range(n), 2):
+        dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+        s += dx * dy
+        tx += dx != 0
+        ty += dy != 0
+    return float(s / math.sqrt(tx * ty))
+
+
+def test_topk_slowdown_by_hand() -> None:
+    runtimes = [10.0, 20.0, 40.0, 15.0]
+    scores = [3.0, 0.0, 1.0, 2.0]  # model order: 20, 40, 15, 10
+    assert topk_slowdown(scores, runtimes, 1) == pytest.approx(1.0)
+    assert topk_slowdown(scores, runtimes, 3) == pytest.approx(0.5)
+    assert topk_slowdown(scores, runtimes, 4) == 0.0
+    assert topk_slowdown(scores, runtimes, 10) == 0.0  # K > C: every config
+
+
+def test_tied_scores_are_broken_by_config_index() -> None:
+    assert topk_slowdown([0.0, 0.0], [30.0, 10.0], 1) == pytest.approx(2.0)
+    assert tile_metrics([1.0, 1.0, 1.0], [3.0, 2.0, 1.0])[
+        "top1_slowdown"
+    ] == pytest.approx(2.0)
+
+
+def test_kendall_tau_by_hand_and_with_ties() -> None:
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # tau-b with ties: S = 2, n0 = 6, x ties 1, y ties 1 -> 2 / sqrt(5 * 5)
+    assert kendall_tau([1, 1, 2, 3], [1, 2, 2, 3]) == pytest.approx(brute_tau_b(
+        np.array([1, 1, 2, 3]), np.array([1, 2, 2, 3])))  # fmt: skip
+    assert math.isnan(kendall_tau([1, 2, 3], [5, 5, 5]))
+    assert kendall_tau([7, 7, 7], [1, 2, 3]) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kendall_tau_matches_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 60))
+    x = rng.integers(0, 6, n).astype(float)  # many ties
+    y = rng.integers(0, 8, n).astype(float)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return
+    assert kendall_tau(x, y) == pytest.approx(brute_tau_b(x, y))
+
+
+def test_expected_random_slowdown_equals_enumeration() -> None:
+    runtimes = np.array([5.0, 3.0, 3.0, 9.0, 4.0])
+    for k in (1, 2, 3, 5, 7):
+        kk = min(k, 5)
+        mins = [min(c) for c in itertools.combinations(runtimes, kk)]
+        want = np.mean(mins) / 3.0 - 1.0
+        assert expected_random_topk_slowdown(runtimes, k) == pytest.approx(want)
+
+
+def test_random_baseline_has_every_key_and_zero_tau() -> None:
+    assert set(random_baseline("tile", [1.0, 2.0])) == set(
+        tile_metrics([0, 1], [1.0, 2.0])
+    )
+    layout = random_baseline("layout", [1.0, 2.0, 3.0])
+    assert layout["kendall_tau"] == 0.0
+    assert set(layout) == set(layout_metrics([0, 1, 2], [1.0, 2.0, 3.0]))
+
+
+def test_default_baseline_is_the_normaliser_over_the_best() -> None:
+    got = default_baseline_tile([0.8, 1.0, 2.0], 1.0)
+    assert got == {"top1_slowdown": pytest.approx(0.25), "top5_slowdown": pytest.approx(0.25),
+                   "top10_slowdown": pytest.approx(0.25)}  # fmt: skip
+
+
+def test_mean_skips_undefined_values() -> None:
+    rows = [{"kendall_tau": 0.5}, {"kendall_tau": math.nan}, {"kendall_tau": 0.1}]
+    assert mean_metrics(rows, ["kendall_tau"]) == {"kendall_tau": pytest.approx(0.3)}
+    assert mean_metrics([{"kendall_tau": math.nan}], ["kendall_tau"]) == {
+        "kendall_tau": None
+    }
+
+
+def test_kendall_tau_is_fast_on_large_inputs() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.random(50_000)
+    assert kendall_tau(x, x + 0.01 * rng.random(50_000)) > 0.9

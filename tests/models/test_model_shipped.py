@@ -1,0 +1,34 @@
+"""The shipped artifacts in the repo load as the service loads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodel.manifest import list_versions, read_manifest
+from costmodel.runner import ArtifactRunner
+from models.metrics import metric_keys
+from tpugraphs.reader import load_npz
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "models" / "artifacts"
+SAMPLE = {"tile": "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
+          "layout": "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["tile", "layout"])
+def test_shipped_artifact_loads_and_scores(name: str, shared_data: Path) -> None:
+    versions = list_versions(ARTIFACTS, name)
+    assert versions, f"no shipped {name} artifact"
+    artifact = ARTIFACTS / name / versions[-1]
+    manifest = read_manifest(artifact)
+    assert manifest.collection == name and manifest.opset >= 17
+    assert set(metric_keys(name)) <= set(manifest.metrics["mean"])
+    assert manifest.training["configs_after_dedup"] > 0
+    size = sum(f.stat().st_size for f in artifact.iterdir())
+    assert size < 3_000_000
+    runner = ArtifactRunner(artifact)
+    sample = load_npz(shared_data / SAMPLE[name])
+    scores = runner.score(runner.encode(sample.graph), sample.configs[:50])
+    assert scores.shape == (50,) and np.isfinite(scores).all()

@@ -1,0 +1,69 @@
+"""Synthetic files: the exact real format, any size, fast, numpy only."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from models.synthetic import make_layout_arrays, make_tile_arrays, write_npz
+from tpugraphs.reader import load_npz
+from tpugraphs.spec import LAYOUT_KEYS, NUM_OPCODES, TILE_KEYS
+
+DTYPES = {"node_feat": np.float32, "node_opcode": np.uint8, "edge_index": np.int64,
+          "config_feat": np.float32, "config_runtime": np.int64,
+          "config_runtime_normalizers": np.int64, "node_config_feat": np.float32,
+          "node_config_ids": np.int64, "node_splits": np.int64}  # fmt: skip
+
+
+def check_format(arrays: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
+    assert tuple(arrays) == keys
+    for key, value in arrays.items():
+        assert value.dtype == DTYPES[key], key
+    edges = arrays["edge_index"]
+    assert (edges[:, 0] > edges[:, 1]).all()
+    order = np.lexsort((edges[:, 1], edges[:, 0]))
+    assert (order == np.arange(len(edges))).all()
+    assert len(np.unique(edges, axis=0)) == len(edges)
+    assert arrays["node_opcode"].max() < NUM_OPCODES
+    assert (arrays["config_runtime"] > 1).all()
+
+
+def test_files_round_trip_through_the_reader_in_the_real_format(tmp_path: Path) -> None:
+    for keys, arrays in ((TILE_KEYS, make_tile_arrays(seed=1)),
+                         (LAYOUT_KEYS, make_layout_arrays(seed=1))):  # fmt: skip
+        check_format(arrays, keys)
+        path = write_npz(tmp_path / f"{len(keys)}.npz", arrays)
+        with np.load(path) as data:
+            assert tuple(data.files) == keys
+        sample = load_npz(path)
+        assert sample.labelled
+    splits = make_layout_arrays()["node_splits"]
+    assert splits.ndim == 2 and splits[0, 0] == 0 and splits[0, -1] == 60
+
+
+def test_tile_normaliser_is_the_default_configs_runtime() -> None:
+    arrays = make_tile_arrays(seed=2)
+    assert (arrays["config_runtime_normalizers"] == arrays["config_runtime"][0]).all()
+
+
+def test_large_graphs_are_fast() -> None:
+    start = time.monotonic()
+    tile = make_tile_arrays(num_nodes=50_000, num_configs=100_000, seed=0)
+    layout = make_layout_arrays(num_nodes=50_000, num_configs=50, num_configurable=800)
+    assert time.monotonic() - start < 10.0
+    check_format(tile, TILE_KEYS)
+    assert layout["node_config_feat"].shape == (50, 800, 18)
+
+
+def test_same_seed_same_arrays() -> None:
+    a, b = make_layout_arrays(seed=5), make_layout_arrays(seed=5)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_synthetic_and_cli_modules_do_not_import_torch() -> None:
+    code = "import sys, models.synthetic, models.cli; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
