@@ -9,6 +9,12 @@ Depends on httpx and numpy (plus the numpy-only ``tpugraphs`` format core) only:
         result = session.rank("kernel.npz", configs, top_k=5, deadline=0.5, fallback=[0])
         if not result.degraded:
             session.feedback("kernel.npz", runtimes, configs=configs[list(result.top_k)])
+
+A graph may also be HLO text (``Hlo(text)``, or a ``.hlo.txt`` path) and configs may be
+raw (``TileSizes``, or instruction name -> ``NodeLayout``): both are featurized and
+encoded on the client, so the graph_id is the service's own (see ``clients.hlo``)::
+
+        client.rank("layout", Hlo.read("model.hlo.txt"), [{"dot.3": NodeLayout([0, 1])}])
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from clients.errors import (
     VersionNotLoaded,
 )
 from clients.exchange import DEFAULT_LIMITS, DEFAULT_TIMEOUT
+from clients.hlo import Hlo
 from clients.payloads import GraphInput, PreparedGraph, prepare_graph
 from clients.retry import Deadline, RetryPolicy
 from clients.session import AsyncTuningSession, TuningSession
 from clients.wire import FeedbackResult, GraphInfo, ModelInfo, RankResult
+from tpugraphs.configs import NodeLayout, TileSizes
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -49,15 +57,18 @@ __all__ = [
     "GraphInfo",
     "GraphInput",
     "GraphNotFound",
+    "Hlo",
     "InvalidRequest",
     "ModelInfo",
     "ModelNotFound",
+    "NodeLayout",
     "NotFound",
     "PreparedGraph",
     "ProtocolError",
     "RankResult",
     "RetryPolicy",
     "ServiceUnavailable",
+    "TileSizes",
     "TuningSession",
     "VersionNotLoaded",
     "prepare_graph",

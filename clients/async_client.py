@@ -115,7 +115,7 @@ class AsyncCostModelClient(ClientCore):
         limit = self._deadline(deadline)
         flow = feedback_flow(
             model,
-            prepare_graph(graph),
+            prepare_graph(graph, configs),
             runtimes_ns,
             configs,
             config_indices,

@@ -79,6 +79,9 @@ class CostModelClient(ClientCore):
     ) -> RankResult:
         """Rank ``configs`` for ``graph``, best first.
 
+        ``graph`` may be HLO text (``Hlo``, or a ``.hlo.txt`` path) and ``configs`` raw
+        configs (``TileSizes``; instruction name -> ``NodeLayout``): both are turned
+        into arrays here, so only arrays travel and the graph_id is the service's.
         The graph travels only when the service does not know its id yet. With
         ``fallback`` (the caller's own order, best first; unlisted configs follow in
         input order), a service that cannot answer within ``deadline`` seconds yields
@@ -123,7 +126,7 @@ class CostModelClient(ClientCore):
         limit = self._deadline(deadline)
         flow = feedback_flow(
             model,
-            prepare_graph(graph),
+            prepare_graph(graph, configs),
             runtimes_ns,
             configs,
             config_indices,

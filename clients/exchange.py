@@ -95,7 +95,7 @@ class ClientCore:
         top_k: int | None,
         version: str | None,
     ) -> tuple[PreparedGraph, int, Flow[RankResult]]:
-        prepared = prepare_graph(graph)
+        prepared = prepare_graph(graph, configs)
         array = config_array(configs, prepared)
         return (
             prepared,

@@ -2,8 +2,10 @@
 
 A graph may be given as a ``tpugraphs`` ``Graph`` or ``Sample`` (``load_npz``), as
 any mapping of TpuGraphs keys (a dict of arrays, or an open ``np.load`` file), as a
-path to an npz file, or as an already ``PreparedGraph``. Validation is the format
-core's, so the client rejects locally what the service would reject with a 422.
+path to an npz file, as HLO text (``clients.hlo``: featurized here), or as an already
+``PreparedGraph``. Configs are feature arrays or raw configs (``clients.raw_configs``).
+Validation is the format core's, so the client rejects locally what the service would
+reject with a 422.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from clients.errors import InvalidRequest
+from clients.hlo import Hlo, as_hlo, featurize, resolve
+from clients.raw_configs import encode_raw, is_raw
 from tpugraphs.arrays import Graph, Sample, make_configs, make_graph
 from tpugraphs.errors import GraphFormatError
 from tpugraphs.graph_id import graph_id
@@ -35,6 +39,10 @@ class PreparedGraph:
 
     graph: Graph
     graph_id: str
+    # From HLO text: every node's instruction name, and the tensor ranks of the
+    # configurable nodes, so raw layout configs may name nodes and are range-checked.
+    node_names: tuple[str, ...] | None = None
+    config_tensor_ranks: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def collection(self) -> Collection:
@@ -54,14 +62,22 @@ class PreparedGraph:
 
 
 GraphInput: TypeAlias = (
-    Graph | Sample | Mapping[str, Any] | str | os.PathLike[str] | PreparedGraph
+    Graph | Sample | Mapping[str, Any] | str | os.PathLike[str] | Hlo | PreparedGraph
 )
 
 
-def prepare_graph(value: GraphInput) -> PreparedGraph:
-    """Validate any accepted graph input and hash it with ``tpugraphs.graph_id``."""
+def prepare_graph(value: GraphInput, configs: Any = None) -> PreparedGraph:
+    """Validate any accepted graph input and hash it with ``tpugraphs.graph_id``.
+
+    ``configs``, when given, settles ``Hlo(configurable="auto")`` (tile or layout).
+    """
     if isinstance(value, PreparedGraph):
         return value
+    if isinstance(value, Hlo):
+        return _prepare_hlo(resolve(value, configs))
+    hlo = as_hlo(value)
+    if hlo is not None:
+        return _prepare_hlo(resolve(hlo, configs))
     try:
         graph = _to_graph(value)
     except GraphFormatError as exc:
@@ -69,6 +85,23 @@ def prepare_graph(value: GraphInput) -> PreparedGraph:
     ids = graph.node_config_ids
     gid = graph_id(graph.node_feat, graph.node_opcode, graph.edge_index, ids)
     return PreparedGraph(graph, gid)
+
+
+def _prepare_hlo(hlo: Hlo) -> PreparedGraph:
+    featurized = featurize(hlo)
+    try:
+        graph = featurized.to_graph()
+    except GraphFormatError as exc:
+        raise InvalidRequest(str(exc), field=exc.key) from None
+    ids = graph.node_config_ids
+    gid = graph_id(graph.node_feat, graph.node_opcode, graph.edge_index, ids)
+    ranks = featurized.config_tensor_ranks
+    return PreparedGraph(
+        graph,
+        gid,
+        tuple(featurized.node_names),
+        None if ranks is None else tuple(tuple(r) for r in ranks),
+    )
 
 
 def _to_graph(
@@ -101,7 +134,11 @@ def _graph_from_keys(arrays: Mapping[str, Any]) -> Graph:
 
 
 def config_array(configs: Any, graph: PreparedGraph) -> npt.NDArray[np.float32]:
-    """Validate configs against the graph: [C,24] (tile) or [C,NC,18] (layout)."""
+    """Validate configs against the graph: [C,24] (tile) or [C,NC,18] (layout),
+    encoding raw configs first."""
+    if is_raw(configs):
+        names, ranks = graph.node_names, graph.config_tensor_ranks
+        configs = encode_raw(configs, graph.graph, names, ranks)
     try:
         return make_configs(configs, graph.graph)
     except GraphFormatError as exc:

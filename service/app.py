@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from costmodel.runner import SessionOptions
 from service.core.cache import EmbeddingCache
+from service.core.feedback import FeedbackLog, FeedbackRecorder
 from service.core.inputs import Limits
 from service.core.memory import MemoryLRU
 from service.core.ranker import Ranker
@@ -57,14 +58,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.model_dir, settings.models, options, settings.keep_versions, metrics
     )
     limits = Limits(settings.max_nodes, settings.max_edges, settings.max_configs)
-    app.state.ranker = Ranker(
+    app.state.ranker = ranker = Ranker(
         registry,
         cache,
         limits,
         metrics,
         settings.inference_workers,
         settings.score_chunk_rows,
+        settings.recent_rankings_bytes,
     )
+    feedback_log = FeedbackLog(settings.feedback_dir, settings.feedback_fsync)
+    app.state.feedback = FeedbackRecorder(ranker, feedback_log, metrics)
     try:
         await registry.load_all()
         log.info(

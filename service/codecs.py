@@ -1,8 +1,9 @@
-"""Request bodies by media type: JSON or npz, decoded into the core's requests.
+"""Request bodies by media type: JSON, npz or HLO text, decoded into the core's requests.
 
 The decoders are looked up in ``GRAPH_DECODERS``/``RANK_DECODERS`` by media type, so a
 new input format (HLO text, say) is one function and one table entry. Decoding only
-parses; validation of the arrays happens in ``service.core.inputs``.
+parses; validation of the arrays happens in ``service.core.inputs``, and HLO text
+and raw configs are featurized/encoded by the core once it knows the model.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from service.core.hlo import HloText
 from service.core.inputs import GRAPH_KEYS, RawGraph
 from service.core.ranker import RankRequest, UploadRequest
+from service.core.raw_configs import RawConfigs
 from service.errors import (
     InvalidRequest,
     MalformedBody,
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from service.schemas import NPZ_MEDIA_TYPE, GraphIn, RankIn
+from service.schemas import HLO_MEDIA_TYPE, NPZ_MEDIA_TYPE, GraphIn, RankIn
 
 JSON_MEDIA_TYPE = "application/json"
 CONFIG_KEYS = ("config_feat", "node_config_feat")
@@ -42,6 +45,14 @@ class Params:
     model_version: str | None = None
     graph_id: str | None = None
     top_k: int | None = None
+    configurable: tuple[str, ...] | None = None  # text/x-hlo uploads
+
+
+def split_names(values: list[str] | None) -> tuple[str, ...] | None:
+    """``configurable=a,b&configurable=c`` -> ``("a", "b", "c")``."""
+    if values is None:
+        return None
+    return tuple(n.strip() for v in values for n in v.split(",") if n.strip())
 
 
 def media_type(content_type: str | None) -> str:
@@ -68,7 +79,14 @@ def decode_upload(
         )
     if params.model is None:
         raise InvalidRequest("query parameter 'model' is required", "model")
-    return UploadRequest(params.model, params.model_version, decoder(body, max_decoded))
+    graph = decoder(body, max_decoded)
+    if params.configurable is not None:
+        if not isinstance(graph, HloText):
+            raise InvalidRequest(
+                f"configurable is for {HLO_MEDIA_TYPE} bodies", "configurable"
+            )
+        graph = HloText(graph.text, params.configurable, graph.field)
+    return UploadRequest(params.model, params.model_version, graph)
 
 
 def decode_rank(
@@ -94,6 +112,12 @@ def _json_graph(body: bytes, max_decoded: int) -> RawGraph:
     return _graph_arrays(graph, "", len(body))
 
 
+def _hlo_graph(body: bytes, max_decoded: int) -> HloText:
+    # XLA text is ASCII outside strings; a stray byte in metadata is replaced rather
+    # than failing the module (as ``costmodel featurize`` does).
+    return HloText(body.decode("utf-8", errors="replace"))
+
+
 def _graph_arrays(graph: GraphIn, prefix: str, nbytes: int) -> RawGraph:
     arrays = {
         "node_feat": graph.node_feat,
@@ -116,16 +140,32 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         req = RankIn.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
-    graph = None if req.graph is None else _graph_arrays(req.graph, "graph.", len(body))
+    graph = _json_rank_graph(req, len(body))
+    if (req.configs is None) == (req.raw_configs is None):
+        raise InvalidRequest("give exactly one of configs or raw_configs", "configs")
+    configs: Any = req.configs
+    if req.raw_configs is not None:
+        configs = RawConfigs(req.raw_configs)
     return RankRequest(
         req.model,
         req.model_version,
         req.graph_id,
         graph,
-        req.configs,
-        "configs",
+        configs,
+        "configs" if req.raw_configs is None else "raw_configs",
         req.top_k,
     )
+
+
+def _json_rank_graph(req: RankIn, nbytes: int) -> RawGraph | HloText | None:
+    if sum(v is not None for v in (req.graph_id, req.graph, req.hlo)) != 1:
+        raise InvalidRequest("give exactly one of graph_id, graph or hlo", "graph_id")
+    if req.configurable is not None and req.hlo is None:
+        raise InvalidRequest("configurable goes with hlo", "configurable")
+    if req.hlo is not None:
+        names = None if req.configurable is None else tuple(req.configurable)
+        return HloText(req.hlo, names, "hlo")
+    return None if req.graph is None else _graph_arrays(req.graph, "graph.", nbytes)
 
 
 def load_npz(body: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
@@ -179,12 +219,13 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     )  # fmt: skip
 
 
-GraphDecoder = Callable[[bytes, int], RawGraph]
+GraphDecoder = Callable[[bytes, int], RawGraph | HloText]
 RankDecoder = Callable[[bytes, Params, int], RankRequest]
 
 GRAPH_DECODERS: dict[str, GraphDecoder] = {
     JSON_MEDIA_TYPE: _json_graph,
     NPZ_MEDIA_TYPE: _npz_graph,
+    HLO_MEDIA_TYPE: _hlo_graph,
 }
 RANK_DECODERS: dict[str, RankDecoder] = {
     JSON_MEDIA_TYPE: _json_rank,

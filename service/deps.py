@@ -8,6 +8,7 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from service.core.feedback import FeedbackRecorder
 from service.core.ranker import Ranker
 from service.core.registry import ModelRegistry
 from service.errors import Forbidden, Unauthorized
@@ -31,10 +32,15 @@ def get_metrics(request: Request) -> Metrics:
     return cast(Metrics, request.app.state.metrics)
 
 
+def get_feedback(request: Request) -> FeedbackRecorder:
+    return cast(FeedbackRecorder, request.app.state.feedback)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 RankerDep = Annotated[Ranker, Depends(get_ranker)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+FeedbackDep = Annotated[FeedbackRecorder, Depends(get_feedback)]
 
 _bearer = HTTPBearer(auto_error=False, description="COSTMODEL_ADMIN_TOKEN")
 

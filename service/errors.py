@@ -7,13 +7,17 @@
     ├── PayloadTooLarge              413 payload_too_large
     ├── ModelNotFound                404 model_not_found
     ├── GraphNotFound                404 graph_not_found: upload the graph, then retry
+    ├── GraphMetadataNotFound        409 graph_metadata_not_found: raw layout configs
+    │                                    need the graph's node record; re-send the graph
     ├── VersionNotLoaded             409 model_version_not_loaded
+    ├── RankingNotFound              409 ranking_not_found: no remembered rank request
     ├── ReloadFailed                 409 reload_failed: the old version keeps serving
     ├── Unauthorized                 401 unauthorized
     ├── Forbidden                    403 forbidden
     └── Unavailable                  503 + Retry-After
         ├── NotReady                     not_ready: a model is not loaded (yet)
-        └── Overloaded                   overloaded: too many requests in flight
+        ├── Overloaded                   overloaded: too many requests in flight
+        └── FeedbackUnavailable          feedback_unavailable: the feedback log cannot be written
 
 Domain code raises these and knows nothing of HTTP; ``service.app`` installs the
 handlers that call ``http_error``. Anything else that escapes becomes 500 ``internal``.
@@ -62,8 +66,16 @@ class GraphNotFound(ServiceError):
     code = "graph_not_found"
 
 
+class GraphMetadataNotFound(ServiceError):
+    code = "graph_metadata_not_found"
+
+
 class VersionNotLoaded(ServiceError):
     code = "model_version_not_loaded"
+
+
+class RankingNotFound(ServiceError):
+    code = "ranking_not_found"
 
 
 class ReloadFailed(ServiceError):
@@ -91,6 +103,11 @@ class Overloaded(Unavailable):
     code = "overloaded"
 
 
+class FeedbackUnavailable(Unavailable):
+    code = "feedback_unavailable"
+    retry_after_s = 5
+
+
 # The one table: error class -> HTTP status. Subclasses inherit their parent's row.
 HTTP_STATUS: dict[type[ServiceError], int] = {
     InvalidRequest: 422,
@@ -99,7 +116,9 @@ HTTP_STATUS: dict[type[ServiceError], int] = {
     PayloadTooLarge: 413,
     ModelNotFound: 404,
     GraphNotFound: 404,
+    GraphMetadataNotFound: 409,
     VersionNotLoaded: 409,
+    RankingNotFound: 409,
     ReloadFailed: 409,
     Unauthorized: 401,
     Forbidden: 403,

@@ -1,7 +1,7 @@
 """Prometheus metrics, one ``CollectorRegistry`` per app (tests build several apps).
 
-Implements the event protocols of the core (cache, registry, ranker) so the core
-never imports prometheus_client.
+Implements the event protocols of the core (cache, registry, ranker, feedback) so the
+core never imports prometheus_client.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from prometheus_client import (
 
 from costmodel.runner import ArtifactRunner
 from service.core.cache import Level
+from service.core.feedback import Quality
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -86,6 +87,20 @@ class Metrics:
             "costmodel_model_reloads", "Model loads and reloads by result.",
             ["model", "result"], registry=r,
         )  # fmt: skip
+        self.feedback_measurements = Counter(
+            "costmodel_feedback_measurements", "Measured runtimes stored by /v1/feedback.",
+            ["model"], registry=r,
+        )  # fmt: skip
+        self.online_kendall_tau = Gauge(
+            "costmodel_online_kendall_tau", "Running mean, since start, of Kendall "
+            "tau-b between the model's scores and fed-back runtimes (per request).",
+            ["model", "version"], registry=r,
+        )  # fmt: skip
+        self.online_top1_slowdown = Gauge(
+            "costmodel_online_top1_slowdown", "Running mean, since start, of the "
+            "measured runtime of the best-scored fed-back config / the best one - 1.",
+            ["model", "version"], registry=r,
+        )  # fmt: skip
         self._loaded: dict[str, list[tuple[str, str, str]]] = {}
 
     def render(self) -> bytes:
@@ -129,3 +144,13 @@ class Metrics:
 
     def model_reload(self, name: str, result: str) -> None:
         self.reloads.labels(name, result).inc()
+
+    # service.core.feedback.FeedbackEvents
+    def feedback_stored(
+        self, model: str, version: str, measurements: int, quality: Quality
+    ) -> None:
+        self.feedback_measurements.labels(model).inc(measurements)
+        if quality.kendall_tau is not None:
+            self.online_kendall_tau.labels(model, version).set(quality.kendall_tau)
+        if quality.top1_slowdown is not None:
+            self.online_top1_slowdown.labels(model, version).set(quality.top1_slowdown)

@@ -15,6 +15,7 @@ from pydantic.config import JsonDict
 HEX64 = r"^[0-9a-f]{64}$"
 VERSION = r"^[0-9]+$"
 NPZ_MEDIA_TYPE = "application/x-npz"
+HLO_MEDIA_TYPE = "text/x-hlo"
 
 
 class Wire(BaseModel):
@@ -56,6 +57,48 @@ Configs = Annotated[
     _doc(_CONFIGS, "tile: config_feat [C,24]; layout: node_config_feat [C,NC,18]"),
 ]
 
+_INTS = {"type": "array", "items": {"type": "integer", "minimum": 1}}
+_DIMS = {
+    "type": ["array", "null"],
+    "items": {"type": "integer", "minimum": 0},
+    "maxItems": 6,
+    "description": "minor-to-major dims; null: the compiler chooses",
+}
+_TILE_RAW = {
+    "title": "TileSizes",
+    "type": "object",
+    "properties": {
+        k: _INTS for k in ("kernel_bounds", "output_bounds", "input_bounds")
+    },
+    "additionalProperties": False,
+}
+_LAYOUT_RAW = {
+    "title": "NodeLayouts",
+    "type": "object",
+    "description": "instruction name (graphs sent as HLO) or node id -> its layout; "
+    "nodes left out: the compiler chooses",
+    "additionalProperties": {
+        "type": "object",
+        "properties": {k: _DIMS for k in ("output", "input", "kernel")},
+        "additionalProperties": False,
+    },
+}
+RawConfigsDoc = Annotated[
+    list[Any],
+    _doc(
+        {"type": "array", "items": {"oneOf": [_TILE_RAW, _LAYOUT_RAW]}, "minItems": 1},
+        "configs in raw form: tile sizes (tile), or layouts by node (layout)",
+    ),
+]
+ConfigurableNames = list[Annotated[str, Field(min_length=1)]]
+_EXAMPLE_HLO = (
+    "HloModule example\n\nENTRY main {\n"
+    "  x = f32[8,16]{1,0} parameter(0)\n"
+    "  w = f32[16,4]{1,0} parameter(1)\n"
+    "  ROOT dot.1 = f32[8,4]{1,0} dot(x, w), lhs_contracting_dims={1}, "
+    "rhs_contracting_dims={0}\n}\n"
+)
+
 _EXAMPLE_GRAPH: JsonDict = {
     "node_feat": [[0.0] * 140, [0.0] * 140],
     "node_opcode": [63, 2],
@@ -74,7 +117,8 @@ class GraphIn(StrictWire):
 
 
 class RankIn(StrictWire):
-    """Rank configs for one graph: exactly one of ``graph_id`` and ``graph``."""
+    """Rank configs for one graph: exactly one of ``graph_id``, ``graph`` and ``hlo``,
+    and exactly one of ``configs`` (feature arrays) and ``raw_configs``."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -84,7 +128,33 @@ class RankIn(StrictWire):
                     "graph_id": "0" * 64,
                     "configs": [[0.0] * 24],
                     "top_k": 1,
-                }
+                },
+                {
+                    "model": "tile",
+                    "graph_id": "0" * 64,
+                    "raw_configs": [
+                        {
+                            "kernel_bounds": [1, 128],
+                            "output_bounds": [8, 128],
+                            "input_bounds": [8, 128],
+                        }
+                    ],
+                },
+                {
+                    "model": "layout",
+                    "hlo": _EXAMPLE_HLO,
+                    "raw_configs": [
+                        {
+                            "dot.1": {
+                                "output": [0, 1],
+                                "input": [1, 0],
+                                "kernel": [0, 1],
+                            }
+                        },
+                        {"dot.1": {"output": [1, 0], "input": None, "kernel": None}},
+                        {},
+                    ],
+                },
             ]
         }
     )
@@ -92,7 +162,14 @@ class RankIn(StrictWire):
     model_version: str | None = Field(None, pattern=VERSION)
     graph_id: str | None = Field(None, pattern=HEX64)
     graph: GraphIn | None = None
-    configs: Configs
+    hlo: str | None = Field(None, min_length=1, description="the module as HLO text")
+    configurable: ConfigurableNames | None = Field(
+        None,
+        description="with hlo, for a layout model: the configurable instructions "
+        "(default: every convolution, dot and reshape)",
+    )
+    configs: Configs | None = None
+    raw_configs: RawConfigsDoc | None = None
     top_k: int | None = Field(None, ge=1, description="default: all configs")
 
 
@@ -129,6 +206,78 @@ class RankOut(Wire):
     )
     scores: list[float] = Field(description="scores[i] is config i's; lower = faster")
     top_k: list[int] = Field(description="the first top_k entries of ranking")
+
+
+_INDICES = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+_RUNTIMES = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}
+ConfigIndices = Annotated[
+    list[int], _doc(_INDICES, "indices into the configs of the latest rank request")
+]
+RuntimesNs = Annotated[list[int], _doc(_RUNTIMES, "measured runtime per config, ns")]
+
+
+class FeedbackIn(StrictWire):
+    """Measured runtimes: exactly one of ``configs`` and ``config_indices``.
+
+    ``config_indices`` name configs of the most recent rank request for this graph and
+    model version, which each process remembers best-effort (else 409
+    ranking_not_found: send ``configs``).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "tile",
+                    "graph_id": "0" * 64,
+                    "configs": [[0.0] * 24, [1.0] * 24],
+                    "runtimes_ns": [1200, 900],
+                },
+                {
+                    "model": "layout",
+                    "model_version": "1",
+                    "graph_id": "0" * 64,
+                    "config_indices": [3, 0],
+                    "runtimes_ns": [52000, 61000],
+                },
+            ]
+        }
+    )
+    model: str = Field(min_length=1, max_length=64)
+    model_version: str | None = Field(None, pattern=VERSION)
+    graph_id: str = Field(pattern=HEX64)
+    configs: Configs | None = None
+    config_indices: ConfigIndices | None = None
+    runtimes_ns: RuntimesNs
+
+
+class FeedbackOut(Wire):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "stored": 2,
+                    "model": "tile",
+                    "model_version": "1",
+                    "graph_id": "0" * 64,
+                    "kendall_tau": 1.0,
+                    "top1_slowdown": 0.0,
+                }
+            ]
+        }
+    )
+    stored: int = Field(description="measurements written to the feedback log")
+    model: str
+    model_version: str = Field(description="the version that scored the configs")
+    graph_id: str
+    kendall_tau: float | None = Field(
+        description="tau-b of this request's scores vs runtimes (1 = same order); "
+        "null with fewer than 2 distinct runtimes"
+    )
+    top1_slowdown: float | None = Field(
+        description="runtime of the best-scored config / the fastest one - 1 "
+        "(0 = the model picked a fastest); null with fewer than 2 distinct runtimes"
+    )
 
 
 class TensorSpecOut(Wire):
@@ -201,11 +350,14 @@ _ERRORS = {
     401: "unauthorized: no bearer token",
     403: "forbidden: wrong token, or the admin API is disabled",
     404: "model_not_found or graph_not_found (upload the graph, then retry)",
-    409: "model_version_not_loaded, or reload_failed (the old version keeps serving)",
+    409: "model_version_not_loaded, reload_failed (the old version keeps serving), or "
+    "ranking_not_found (feedback by config_indices: send configs instead), or "
+    "graph_metadata_not_found (raw layout configs: re-send the graph)",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_request: the field names the offending input",
-    503: "not_ready or overloaded; see Retry-After",
+    503: "not_ready, overloaded or feedback_unavailable (nothing stored); "
+    "see Retry-After",
 }
 
 
@@ -215,20 +367,30 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 def binary_body(
-    json_model: type[BaseModel], *, required: bool = True
+    json_model: type[BaseModel], *, required: bool = True, hlo: bool = False
 ) -> dict[str, Any]:
-    """``openapi_extra`` for a body that is JSON or an npz archive."""
+    """``openapi_extra`` for a body that is JSON or an npz archive (or HLO text)."""
     ref = {"$ref": f"#/components/schemas/{json_model.__name__}"}
     binary = {"type": "string", "format": "binary"}
+    content: dict[str, Any] = {
+        "application/json": {"schema": ref},
+        NPZ_MEDIA_TYPE: {"schema": binary},
+    }
+    if hlo:
+        text = {"type": "string", "description": "an HLO module as XLA prints it"}
+        content[HLO_MEDIA_TYPE] = {"schema": text, "example": _EXAMPLE_HLO}
+    return {"requestBody": {"required": required, "content": content}}
+
+
+def json_only_body(json_model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` for a required JSON body that the route reads itself."""
+    ref = {"$ref": f"#/components/schemas/{json_model.__name__}"}
     return {
         "requestBody": {
-            "required": required,
-            "content": {
-                "application/json": {"schema": ref},
-                NPZ_MEDIA_TYPE: {"schema": binary},
-            },
+            "required": True,
+            "content": {"application/json": {"schema": ref}},
         }
     }
 
 
-BODY_MODELS: tuple[type[BaseModel], ...] = (GraphIn, RankIn)
+BODY_MODELS: tuple[type[BaseModel], ...] = (GraphIn, RankIn, FeedbackIn)

@@ -69,6 +69,19 @@ class Settings(BaseSettings):
     max_configs: int = Field(default=100_000, ge=1)
     max_inflight: int = Field(default=64, ge=1, description="concurrent /v1 requests")
 
+    # Feedback: measured runtimes, appended to one JSON Lines file per UTC day.
+    feedback_dir: Path = Path("feedback")
+    feedback_fsync: bool = Field(
+        default=True,
+        description="fsync every line (and a new day's file entry) before acknowledging",
+    )
+    recent_rankings_bytes: int = Field(
+        default=64 * MiB,
+        ge=0,
+        description="per process, best-effort: the configs and scores of recent rank "
+        "requests, so feedback may name configs by index",
+    )
+
     admin_token: SecretStr | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -5,6 +5,9 @@ a graph that comes with its arrays is filled by exactly one computation per key,
 however many requests ask at once: the fill runs as its own task, so a cancelled
 request does not cancel the work others are waiting for. Redis errors are counted,
 logged and treated as misses; they never fail a request.
+
+``meta`` keeps, next to the embeddings, each layout graph's record of its
+configurable nodes (``service.core.graph_meta``), which raw configs resolve against.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Literal, Protocol
 
 from costmodel.runner import Embedding
 from service.core import blob
+from service.core.graph_meta import GraphMetaStore
 from service.core.memory import MemoryLRU
 from service.core.redis_store import RedisStore, StoreUnavailable, embedding_key
 
@@ -56,6 +60,7 @@ class EmbeddingCache:
         self.memory = memory
         self.redis = redis
         self.events = events
+        self.meta = GraphMetaStore(redis, events)
         self._fills: dict[CacheKey, asyncio.Task[Found]] = {}
 
     async def lookup(self, key: CacheKey, names: Collection[str]) -> Found | None:

@@ -2,6 +2,10 @@
 
 The encoder and scorer run in worker threads (onnxruntime releases the GIL), limited
 to ``workers`` runs at once; the event loop only validates, looks up and sorts.
+
+The configs and scores of recent rank requests are remembered per (model, version,
+graph_id) in a byte-bounded LRU, so feedback may name configs by index. That memory is
+per process and best-effort: another worker, a restart or an eviction forgets them.
 """
 
 from __future__ import annotations
@@ -18,12 +22,17 @@ import numpy.typing as npt
 
 from costmodel.runner import ArtifactRunner, Embedding
 from service.core.cache import CacheKey, EmbeddingCache, Source
+from service.core.graph_meta import GraphMeta
+from service.core.hlo import HloText, featurize_graph
 from service.core.inputs import Limits, RawGraph, build_configs, build_graph
+from service.core.memory import MemoryLRU
+from service.core.raw_configs import RawConfigs, encode_raw
 from service.core.registry import ModelRegistry
-from service.errors import GraphNotFound, InvalidRequest
+from service.errors import GraphMetadataNotFound, GraphNotFound, InvalidRequest
 from tpugraphs.arrays import Graph
 
 T = TypeVar("T")
+Scored = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]  # configs, scores
 # Bodies above this size are validated and hashed off the event loop.
 INLINE_BYTES = 256 * 1024
 
@@ -39,7 +48,7 @@ class StageEvents(Protocol):
 class UploadRequest:
     model: str
     model_version: str | None
-    graph: RawGraph
+    graph: RawGraph | HloText
 
 
 @dataclass(frozen=True)
@@ -47,8 +56,8 @@ class RankRequest:
     model: str
     model_version: str | None
     graph_id: str | None
-    graph: RawGraph | None
-    configs: Any
+    graph: RawGraph | HloText | None
+    configs: Any  # arrays, or RawConfigs
     configs_field: str
     top_k: int | None = None
 
@@ -82,12 +91,14 @@ class Ranker:
         events: StageEvents,
         workers: int,
         chunk_rows: int,
+        recent_bytes: int = 16 << 20,
     ) -> None:
         self.registry = registry
         self.cache = cache
         self.limits = limits
         self.events = events
         self.chunk_rows = chunk_rows
+        self.recent = MemoryLRU(recent_bytes)
         self._limiter = anyio.CapacityLimiter(workers)
 
     async def upload(self, req: UploadRequest) -> UploadResult:
@@ -119,21 +130,70 @@ class Ranker:
         else:
             gid = str(req.graph_id)
             embedding, source = await self._cached(runner, gid)
+        value = req.configs
+        if isinstance(value, RawConfigs):
+            value = await self._raw_configs(value, runner, gid)
         configs = build_configs(
-            req.configs, runner, embedding, req.configs_field, self.limits, graph
+            value, runner, embedding, req.configs_field, self.limits, graph
         )
         scores = await self._run(self._score, runner, embedding, configs)
+        self.recent.put((runner.name, runner.version, gid), {"c": configs, "s": scores})
         ranking = np.argsort(scores, kind="stable").astype(np.int64)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(
             runner.name, runner.version, gid, source, scores, ranking, ranking[:k]
         )
 
-    async def _graph(self, raw: RawGraph, runner: ArtifactRunner) -> tuple[Graph, str]:
-        args = (raw, runner.collection, self.limits)
-        if raw.nbytes <= INLINE_BYTES:
-            return build_graph(*args)
-        return await anyio.to_thread.run_sync(build_graph, *args)
+    async def score(
+        self, runner: ArtifactRunner, gid: str, value: Any, field: str
+    ) -> Scored:
+        """Validate and score configs for a cached graph; nothing is remembered."""
+        embedding, _ = await self._cached(runner, gid)
+        configs = build_configs(value, runner, embedding, field, self.limits)
+        scores = await self._run(self._score, runner, embedding, configs, False)
+        return configs, scores
+
+    def recall(self, runner: ArtifactRunner, gid: str) -> Scored | None:
+        """The configs and scores of this process's latest rank request for the graph."""
+        found = self.recent.get((runner.name, runner.version, gid))
+        return None if found is None else (found["c"], found["s"])
+
+    async def _graph(
+        self, raw: RawGraph | HloText, runner: ArtifactRunner
+    ) -> tuple[Graph, str]:
+        """Validate (HLO text: featurize, always off the loop) and keep its record."""
+        meta: GraphMeta | None
+        if isinstance(raw, HloText):
+            graph, gid, meta = await anyio.to_thread.run_sync(
+                featurize_graph, raw, runner.collection, self.limits
+            )
+        else:
+            args = (raw, runner.collection, self.limits)
+            if raw.nbytes <= INLINE_BYTES:
+                graph, gid = build_graph(*args)
+            else:
+                graph, gid = await anyio.to_thread.run_sync(build_graph, *args)
+            meta = GraphMeta.of_graph(graph)
+        if meta is not None:
+            await self.cache.meta.remember(gid, meta)
+        return graph, gid
+
+    async def _raw_configs(
+        self, raw: RawConfigs, runner: ArtifactRunner, gid: str
+    ) -> npt.NDArray[np.float32]:
+        meta = None
+        if runner.collection == "layout":
+            meta = await self.cache.meta.get(gid)
+            if meta is None:
+                raise GraphMetadataNotFound(
+                    f"no record of graph {gid}'s configurable nodes (it was cached "
+                    "before, or its record expired): re-upload it with PUT /v1/graphs, "
+                    "or send it inline as hlo or graph",
+                    raw.field,
+                )
+        return await anyio.to_thread.run_sync(
+            encode_raw, raw, runner.collection, meta, self.limits.max_configs
+        )
 
     async def _embed(
         self, runner: ArtifactRunner, gid: str, graph: Graph
@@ -168,6 +228,7 @@ class Ranker:
         runner: ArtifactRunner,
         embedding: Embedding,
         configs: npt.NDArray[np.float32],
+        report: bool = True,  # False: not a rank request (feedback), not in its metrics
     ) -> npt.NDArray[np.float32]:
         start = time.perf_counter()
         rows_per_config = int(np.prod(configs.shape[1:-1], dtype=np.int64))
@@ -177,7 +238,8 @@ class Ranker:
             for i in range(0, len(configs), step)
         ]
         scores = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        self.events.scored(runner.name, time.perf_counter() - start, len(configs))
+        if report:
+            self.events.scored(runner.name, time.perf_counter() - start, len(configs))
         return scores
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

@@ -16,6 +16,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 KEY_PREFIX = "costmodel:emb"
+META_PREFIX = "costmodel:meta:v1"
 
 
 class StoreUnavailable(Exception):
@@ -25,6 +26,11 @@ class StoreUnavailable(Exception):
 def embedding_key(model: str, version: str, graph_id: str) -> str:
     """``costmodel:emb:<model>:<version>:<graph_id>``: a new version never sees old keys."""
     return f"{KEY_PREFIX}:{model}:{version}:{graph_id}"
+
+
+def meta_key(graph_id: str) -> str:
+    """``costmodel:meta:v1:<graph_id>``: a graph's record, whatever the model."""
+    return f"{META_PREFIX}:{graph_id}"
 
 
 def connect(url: str, timeout_s: float, connect_timeout_s: float) -> Redis:
@@ -70,9 +76,10 @@ class RedisStore:
             raise StoreUnavailable(f"unexpected reply type {type(value).__name__}")
         return value
 
-    async def set(self, key: str, value: bytes) -> None:
+    async def set(self, key: str, value: bytes, *, nx: bool = False) -> None:
+        """Store with the TTL; ``nx``: only if the key does not exist yet."""
         try:
-            await self.client.set(key, value, ex=self.ttl_s)
+            await self.client.set(key, value, ex=self.ttl_s, nx=nx)
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._failed(exc) from None
 

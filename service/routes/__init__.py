@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.routes import graphs, health, models, rank
+from service.routes import feedback, graphs, health, models, rank
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     models.router,
     graphs.router,
     rank.router,
+    feedback.router,
 )

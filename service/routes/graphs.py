@@ -1,11 +1,11 @@
-"""Graph upload: validate, hash, embed and cache."""
+"""Graph upload (arrays or HLO text): validate, hash, embed and cache."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
 from service.body import parse, read_body
-from service.codecs import Params, decode_upload
+from service.codecs import Params, decode_upload, split_names
 from service.deps import RankerDep, SettingsDep
 from service.schemas import VERSION, GraphIn, GraphOut, binary_body, error_responses
 
@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1", tags=["ranking"])
     "/graphs",
     response_model=GraphOut,
     responses=error_responses(400, 404, 409, 413, 415, 422, 503),
-    openapi_extra=binary_body(GraphIn),
+    openapi_extra=binary_body(GraphIn, hlo=True),
 )
 async def put_graph(
     request: Request,
@@ -24,11 +24,21 @@ async def put_graph(
     settings: SettingsDep,
     model: str = Query(min_length=1, max_length=64),
     model_version: str | None = Query(None, pattern=VERSION),
+    configurable: list[str] | None = Query(
+        None,
+        description="text/x-hlo bodies, layout models: the configurable instructions "
+        "(comma-separated or repeated; default: every convolution, dot and reshape)",
+    ),
 ) -> GraphOut:
-    """Upload a graph (JSON or npz); its embedding is computed once and cached."""
+    """Upload a graph (JSON, npz or HLO text); its embedding is computed once and cached.
+
+    HLO text is featurized like ``costmodel featurize``, so the graph_id is that of
+    the same module sent as arrays."""
     request.state.model = model
     body = await read_body(request, settings.max_body_bytes)
-    params = Params(model=model, model_version=model_version)
+    params = Params(
+        model=model, model_version=model_version, configurable=split_names(configurable)
+    )
     content_type = request.headers.get("content-type")
     upload = await parse(
         decode_upload, body, content_type, params, settings.max_decoded_bytes

@@ -1,0 +1,165 @@
+"""What raw layout configs need to know about a graph: its configurable nodes.
+
+A graph_id hashes arrays, which carry no instruction names, so a rank request that
+names a graph by id and keys its layouts by name needs a record kept with the graph:
+the configurable nodes' ids, their names and tensor ranks when the graph arrived as
+HLO text, the ids alone when it arrived as arrays. Records live next to the
+embeddings: an in-process LRU, then Redis under ``costmodel:meta:v1:<graph_id>``
+(JSON, the cache's TTL). Like the embedding cache, this is best-effort: a Redis
+failure is a miss, a log line and a metric.
+
+A named record is never replaced by an unnamed one (Redis ``SET NX`` for those), so
+uploading a module as arrays after its text does not forget the names. Two modules
+with identical arrays but different names share a graph_id; the last upload's names
+win.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from service.core.redis_store import RedisStore, StoreUnavailable, meta_key
+from tpugraphs.arrays import Graph
+
+if TYPE_CHECKING:
+    from service.core.cache import CacheEvents
+
+log = logging.getLogger(__name__)
+MEMORY_BYTES = 32 << 20  # records are small: ids, names, ranks of configurable nodes
+
+
+class MetaError(ValueError):
+    """Bytes that are not a graph record."""
+
+
+@dataclass(frozen=True)
+class GraphMeta:
+    node_config_ids: tuple[int, ...]
+    names: tuple[str, ...] | None = None  # aligned with the ids; None: sent as arrays
+    tensor_ranks: tuple[tuple[int, ...], ...] | None = None  # output, input, kernel
+
+    @classmethod
+    def of_graph(cls, graph: Graph) -> GraphMeta | None:
+        """The unnamed record of a layout graph sent as arrays (None for tile)."""
+        ids = graph.node_config_ids
+        return None if ids is None else cls(tuple(int(i) for i in ids))
+
+    def dumps(self) -> bytes:
+        return json.dumps(
+            {
+                "ids": self.node_config_ids,
+                "names": self.names,
+                "ranks": self.tensor_ranks,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def loads(cls, blob: bytes) -> GraphMeta:
+        try:
+            body = json.loads(blob)
+            ids = tuple(_ints(body["ids"]))
+            names, ranks = body["names"], body["ranks"]
+            if names is not None and (
+                len(names) != len(ids) or not all(isinstance(n, str) for n in names)
+            ):
+                raise MetaError("names do not match the ids")
+            if ranks is not None and len(ranks) != len(ids):
+                raise MetaError("ranks do not match the ids")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MetaError(f"not a graph record: {exc}") from None
+        return cls(
+            ids,
+            None if names is None else tuple(names),
+            None if ranks is None else tuple(tuple(_ints(r)) for r in ranks),
+        )
+
+
+def _ints(values: Any) -> list[int]:
+    if not isinstance(values, list) or not all(type(v) is int for v in values):
+        raise MetaError("expected a list of integers")
+    return values
+
+
+class GraphMetaStore:
+    def __init__(
+        self,
+        redis: RedisStore | None,
+        events: CacheEvents,
+        max_bytes: int = MEMORY_BYTES,
+    ) -> None:
+        self.redis = redis
+        self.events = events
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._memory: OrderedDict[str, tuple[GraphMeta, int]] = OrderedDict()
+
+    async def get(self, graph_id: str) -> GraphMeta | None:
+        """The graph's record, preferring a named one (another replica may have it)."""
+        entry = self._memory.get(graph_id)
+        found = None if entry is None else entry[0]
+        if found is not None:
+            self._memory.move_to_end(graph_id)
+            if found.names is not None:
+                return found
+        stored = await self._from_redis(graph_id)
+        if stored is not None and (found is None or stored.names is not None):
+            self._keep(graph_id, stored, len(stored.dumps()))
+            return stored
+        return found
+
+    async def remember(self, graph_id: str, meta: GraphMeta) -> None:
+        """Keep ``meta`` unless an at least as good record is already kept here."""
+        entry = self._memory.get(graph_id)
+        if entry is not None and (entry[0].names is not None or meta.names is None):
+            return
+        blob = meta.dumps()
+        self._keep(graph_id, meta, len(blob))
+        if self.redis is None:
+            return
+        if not self.redis.available:
+            self.events.cache_bypass("redis")
+            return
+        try:
+            await self.redis.set(meta_key(graph_id), blob, nx=meta.names is None)
+        except StoreUnavailable as exc:
+            self._failed("meta_set", graph_id, exc)
+
+    def _keep(self, graph_id: str, meta: GraphMeta, size: int) -> None:
+        old = self._memory.pop(graph_id, None)
+        if old is not None:
+            self.nbytes -= old[1]
+        if size > self.max_bytes:
+            return
+        self._memory[graph_id] = (meta, size)
+        self.nbytes += size
+        while self.nbytes > self.max_bytes:
+            _, (_, evicted) = self._memory.popitem(last=False)
+            self.nbytes -= evicted
+
+    async def _from_redis(self, graph_id: str) -> GraphMeta | None:
+        if self.redis is None:
+            return None
+        if not self.redis.available:
+            self.events.cache_bypass("redis")
+            return None
+        try:
+            value = await self.redis.get(meta_key(graph_id))
+            return None if value is None else GraphMeta.loads(value)
+        except StoreUnavailable as exc:
+            self._failed("meta_get", graph_id, exc)
+        except MetaError as exc:
+            self._failed("meta_decode", graph_id, exc)
+        return None
+
+    def _failed(self, op: str, graph_id: str, exc: Exception) -> None:
+        self.events.cache_error("redis", op)
+        log.warning(
+            "graph record %s failed; treating as a miss",
+            op,
+            extra={"graph_id": graph_id, "error": str(exc)},
+        )

@@ -1,0 +1,82 @@
+"""HLO text in a request -> a validated graph, its graph_id and its record.
+
+The text is featurized by ``tpugraphs.hlo`` (the same code as ``costmodel featurize``
+and the client), so the graph_id equals that of the same module sent as arrays and
+shares its cached embedding. Which nodes are configurable follows the model: none
+for a tile model; for a layout model every convolution, dot and reshape (the
+TpuGraphs rule) unless the request names them. CPU-bound: call it in a thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.graph_meta import GraphMeta
+from service.core.inputs import Limits, RawGraph, build_graph
+from service.errors import InvalidRequest
+from tpugraphs.arrays import Graph
+from tpugraphs.errors import GraphFormatError
+from tpugraphs.hlo import HloParseError, featurize_hlo
+from tpugraphs.hlo.featurize import Configurable
+
+
+@dataclass(frozen=True)
+class HloText:
+    """A module as text; ``field`` is where parse errors point (``body`` or ``hlo``)."""
+
+    text: str
+    configurable: tuple[str, ...] | None = None  # None: the collection's rule
+    field: str = "body"
+
+
+def featurize_graph(
+    src: HloText, collection: str, limits: Limits
+) -> tuple[Graph, str, GraphMeta | None]:
+    """Featurize and validate; ``InvalidRequest`` names the line or the field."""
+    rule = _rule(src, collection)
+    try:
+        hlo = featurize_hlo(src.text, rule)
+    except HloParseError as exc:
+        raise InvalidRequest(f"not valid HLO text: {exc}", src.field) from None
+    except GraphFormatError as exc:  # an unknown configurable name
+        raise InvalidRequest(exc.problem, exc.key) from None
+    if hlo.num_nodes > limits.max_nodes:
+        raise InvalidRequest(
+            f"the module has {hlo.num_nodes} instructions, more than {limits.max_nodes}",
+            src.field,
+        )
+    ids = hlo.node_config_ids
+    if ids is not None and len(ids) == 0:
+        raise InvalidRequest(
+            "the module has no convolution, dot or reshape to configure; "
+            "name the configurable instructions",
+            "configurable",
+        )
+    arrays = {
+        "node_feat": hlo.node_feat,
+        "node_opcode": hlo.node_opcode,
+        "edge_index": hlo.edge_index,
+    }
+    if ids is not None:
+        arrays["node_config_ids"] = ids
+    graph, gid = build_graph(RawGraph(arrays, "", len(src.text)), collection, limits)
+    if ids is None:
+        return graph, gid, None
+    names = tuple(hlo.node_names[int(i)] for i in ids)
+    ranks = tuple(tuple(r) for r in hlo.config_tensor_ranks or ())
+    meta = GraphMeta(tuple(int(i) for i in ids), names, ranks or None)
+    return graph, gid, meta
+
+
+def _rule(src: HloText, collection: str) -> Configurable:
+    if collection != "layout":
+        if src.configurable is not None:
+            raise InvalidRequest(
+                f"a {collection} model has no configurable instructions", "configurable"
+            )
+        return None
+    if src.configurable is None:
+        return "default"
+    if not src.configurable:
+        raise InvalidRequest("name at least one instruction", "configurable")
+    return list(src.configurable)
