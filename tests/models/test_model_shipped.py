@@ -32,3 +32,23 @@ def test_shipped_artifact_loads_and_scores(name: str, shared_data: Path) -> None
     sample = load_npz(shared_data / SAMPLE[name])
     scores = runner.score(runner.encode(sample.graph), sample.configs[:50])
     assert scores.shape == (50,) and np.isfinite(scores).all()
+
+
+def test_shipped_tile_model_trains_on_every_kernel_and_reports_cross_validation() -> (
+    None
+):
+    manifest = read_manifest(ARTIFACTS / "tile" / "1")
+    trained = {Path(f).name for f in manifest.training["data_files"]}
+    scored = {row["graph"] for row in manifest.metrics["graphs"]}
+    assert manifest.metrics["validation"]["method"] == "leave-one-kernel-out"
+    assert manifest.training["valid_files"] == []  # no early stopping on its own data
+    assert "fusion.191_4ae805e53b8d2b8a" in scored and len(scored) == 7
+    assert {f"{g}.npz" for g in scored} <= trained
+
+
+def test_shipped_layout_model_never_trains_on_its_validation_graph() -> None:
+    manifest = read_manifest(ARTIFACTS / "layout" / "1")
+    valid = {Path(f).name for f in manifest.metrics["validation"]["files"]}
+    assert valid == {Path(SAMPLE["layout"]).name}
+    assert not valid & {Path(f).name for f in manifest.training["data_files"]}
+    assert manifest.training["train_config"]["early_stopping"] is False

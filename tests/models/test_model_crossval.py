@@ -1,0 +1,81 @@
+"""Cross-validation by kernel: folds never leak a test kernel, every kernel is scored once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from modelkit import tiny_config
+
+from models.crossval import cross_validate, kernel_folds
+from models.metrics import TILE_KEYS
+from models.synthetic import write_tree
+
+
+def fake_files(n_rankable: int, n_other: int) -> tuple[list[Path], list[Path]]:
+    rankable = [Path(f"k/kernel{i}.npz") for i in range(n_rankable)]
+    other = [Path(f"k/single{i}.npz") for i in range(n_other)]
+    return sorted(rankable + other), rankable
+
+
+@pytest.mark.parametrize("k", [None, 2, 3, 7, 50])
+def test_folds_partition_the_rankable_kernels_without_leaks(k: int | None) -> None:
+    files, rankable = fake_files(7, 3)
+    folds = kernel_folds(files, rankable, k)
+    assert len(folds) == (7 if k is None else min(k, 7))
+    tested = Counter(p for _, test in folds for p in test)
+    assert set(tested) == set(rankable) and set(tested.values()) == {1}
+    for train, test in folds:
+        assert test and not set(train) & set(test)
+        assert set(train) | set(test) == set(files)  # everything else trains
+        assert all(p in train for p in files if p not in rankable)
+
+
+def test_leave_one_out_tests_one_kernel_per_fold() -> None:
+    files, rankable = fake_files(4, 1)
+    assert [len(test) for _, test in kernel_folds(files, rankable)] == [1, 1, 1, 1]
+
+
+def test_folds_do_not_depend_on_the_file_order() -> None:
+    files, rankable = fake_files(7, 2)
+    forward = kernel_folds(files, rankable, 3)
+    backward = kernel_folds(files[::-1], rankable[::-1], 3)
+    assert [sorted(t) for _, t in forward] == [sorted(t) for _, t in backward]
+
+
+def test_fewer_than_two_rankable_kernels_cannot_be_cross_validated() -> None:
+    files, rankable = fake_files(1, 2)
+    with pytest.raises(ValueError, match="at least 2"):
+        kernel_folds(files, rankable)
+
+
+def test_cross_validate_scores_every_kernel_with_a_model_that_never_saw_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import models.crossval
+
+    trained_on: list[list[Path]] = []
+
+    def recording_fit(train, *args):  # type: ignore[no-untyped-def]
+        trained_on.append(list(train))
+        return fit(train, *args)
+
+    fit = models.crossval.fit
+    monkeypatch.setattr(models.crossval, "fit", recording_fit)
+    files = write_tree(
+        tmp_path, "tile", "train", 3, seed=0, num_nodes=8, num_configs=12
+    )
+    report = cross_validate(
+        files, files, tiny_config("tile", epochs=1), tmp_path / "cv"
+    )
+    held_out = [set(files) - set(train) for train in trained_on]
+    assert sorted(p for fold in held_out for p in fold) == sorted(files)
+    assert all(len(fold) == 1 for fold in held_out)
+    assert report["method"] == "leave-one-kernel-out" and report["folds"] == 3
+    assert [row["graph"] for row in report["graphs"]] == [p.stem for p in files]
+    for fold in range(3):
+        log = (tmp_path / "cv" / f"fold{fold}" / "train_log.jsonl").read_text()
+        assert log.count("\n") == 1  # fixed epochs, no validation, no early stopping
+    assert set(TILE_KEYS) <= set(report["mean"])
+    assert set(report["baselines"]) == {"random", "default"}
