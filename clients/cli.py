@@ -140,7 +140,7 @@ def render(report: ReplayReport) -> Table:
         _fmt(mean["random_slowdown"]),
         _fmt(mean["random_speedup_vs_default"]),
     )
-    notes = ["slowdown = best found / true best; speedup = default / best found"]
+    notes = ["slowdown = best found / true best - 1; speedup = default / best found"]
     if any(g.score.default_ns is None for g in report.graphs):
         notes.append("speedup '-': the file does not mark a default config (layout)")
     notes += [f"skipped {Path(s['file']).name}: {s['reason']}" for s in report.skipped]

@@ -4,15 +4,16 @@ For each labelled TpuGraphs file: send the graph and all its configs, take the
 model's top K, "measure" them by looking up their recorded runtimes, send those as
 feedback, and compare with the truth. Definitions (also written into the report):
 
-- ``slowdown`` = best runtime among the K measured / true best runtime (>= 1; 1 is
-  perfect).
+- ``slowdown`` = best runtime among the K measured / true best runtime - 1 (0 is
+  perfect): the official TpuGraphs top-K slowdown, as ``costmodel evaluate`` and the
+  feedback gauges report it (``tpugraphs.metrics``).
 - ``speedup_vs_default`` = runtime of the default config / best runtime found (> 1
   beats the default). Tile: the default is the config whose runtime equals its
   ``config_runtime_normalizers`` entry (the normaliser *is* the default config's
   runtime). Layout: null, because layout npz files do not mark the default config.
 - ``random_slowdown`` = E[best runtime of K configs drawn uniformly without
-  replacement] / true best, computed exactly from order statistics (no sampling):
-  with runtimes sorted ascending r_1..r_C, P(best = r_i) = C(C-i, K-1) / C(C, K).
+  replacement] / true best - 1, computed exactly from order statistics (no sampling;
+  ``tpugraphs.metrics.expected_random_topk_slowdown``).
   ``random_speedup_vs_default`` = default runtime / that expectation.
 - ``measured_fraction`` = K / C. A ``--budget-fraction`` F gives K = ceil(F * C),
   at least 1; every K is capped at C.
@@ -34,7 +35,6 @@ from statistics import fmean
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from clients.client import CostModelClient
 from clients.errors import EndpointNotFound, InvalidRequest
@@ -42,17 +42,18 @@ from clients.payloads import PreparedGraph, prepare_graph
 from clients.session import TuningSession
 from tpugraphs.arrays import Sample
 from tpugraphs.errors import GraphFormatError
+from tpugraphs.metrics import expected_random_topk_slowdown
 from tpugraphs.reader import expand_paths, load_npz
 
 log = logging.getLogger(__name__)
 
 DEFINITIONS = {
-    "slowdown": "best measured runtime / true best runtime (>= 1)",
+    "slowdown": "best measured runtime / true best runtime - 1 (0 is perfect)",
     "speedup_vs_default": "default config runtime / best measured runtime; tile default = "
     "config whose runtime equals config_runtime_normalizers; null for layout "
     "(the npz does not mark the default config)",
     "random_slowdown": "exact expected best runtime of a uniformly random K-subset "
-    "(order statistics) / true best runtime",
+    "(order statistics) / true best runtime - 1",
     "random_speedup_vs_default": "default runtime / exact expected best of a random K-subset",
     "measured_fraction": "K / number of configs; K = budget, or ceil(fraction * configs), "
     "at least 1, at most all configs",
@@ -91,18 +92,6 @@ class Budget:
         return max(1, min(k, num_configs))
 
 
-def expected_best_of_random_k(runtimes: npt.ArrayLike, k: int) -> float:
-    """E[min] of a uniformly random k-subset, exact (see the module docstring)."""
-    r = np.sort(np.asarray(runtimes, dtype=np.float64))
-    c = r.size
-    if not 1 <= k <= c:
-        raise ValueError(f"k must be in [1, {c}]")
-    total = math.comb(c, k)
-    # i is 0-based here: the best is r[i] when it is drawn and the other k-1 are above it.
-    weights = [math.comb(c - 1 - i, k - 1) / total for i in range(c - k + 1)]
-    return float(np.dot(weights, r[: c - k + 1]))
-
-
 def default_config(sample: Sample) -> int | None:
     """Index of the tile default config (runtime == its normaliser), else None."""
     if sample.normalizers is None:
@@ -136,7 +125,7 @@ def score_graph(sample: Sample, ranking: Sequence[int], k: int) -> GraphScore:
     runtimes = sample.runtimes
     best = int(runtimes[measured].min())
     true_best = int(runtimes.min())
-    rand = expected_best_of_random_k(runtimes, k)
+    rand = true_best * (1.0 + expected_random_topk_slowdown(runtimes, k))
     d = default_config(sample)
     default_ns = None if d is None else int(runtimes[d])
     return GraphScore(
@@ -148,9 +137,9 @@ def score_graph(sample: Sample, ranking: Sequence[int], k: int) -> GraphScore:
         default_config=d,
         default_ns=default_ns,
         random_expected_best_ns=rand,
-        slowdown=best / true_best,
+        slowdown=best / true_best - 1.0,
         speedup_vs_default=None if default_ns is None else default_ns / best,
-        random_slowdown=rand / true_best,
+        random_slowdown=rand / true_best - 1.0,
         random_speedup_vs_default=None if default_ns is None else default_ns / rand,
         measured_fraction=k / sample.num_configs,
     )

@@ -24,14 +24,14 @@ from typing import Any
 
 from rich.console import Console
 
-from models.metrics import (
+from models.train import TrainConfig, fit, score_all
+from tpugraphs.metrics import (
     default_baseline_tile,
     mean_metrics,
     metric_keys,
     metrics_for,
     random_baseline,
 )
-from models.train import TrainConfig, fit, score_all
 from tpugraphs.reader import load_npz
 
 Fold = tuple[list[Path], list[Path]]

@@ -6,7 +6,7 @@ part of the official evaluation). Layout graphs listed in the official eval_indi
 JSON (``<root>/eval_indices/{xla|nlp}_{default|random}.json``, found next to the ``npz``
 folder of the file, else in ``../shared/tpugraphs``) are scored on those 1,000 configs;
 other graphs on all configs. Unlabelled (test) files are skipped with a note.
-Metric definitions: ``models.metrics``.
+Metric definitions: ``tpugraphs.metrics``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from costmodel.runner import ArtifactRunner
-from models.metrics import (
+from tpugraphs.arrays import Sample
+from tpugraphs.metrics import (
     default_baseline_layout,
     default_baseline_tile,
     mean_metrics,
@@ -30,7 +31,6 @@ from models.metrics import (
     metrics_for,
     random_baseline,
 )
-from tpugraphs.arrays import Sample
 from tpugraphs.reader import expand_paths, load_npz
 
 DEFAULT_SHARED = Path(__file__).resolve().parents[2] / "shared" / "tpugraphs"

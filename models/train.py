@@ -37,9 +37,9 @@ from rich.progress import (
 )
 
 from models.data import Example, ExampleStore, FeatureStats, feature_stats
-from models.metrics import mean_metrics, metric_keys, metrics_for
 from models.network import CostModel, ModelConfig
 from tpugraphs.arrays import Graph
+from tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
 from tpugraphs.spec import Collection
 
 LOG_FILE = "train_log.jsonl"

@@ -2,7 +2,7 @@
 
     FeedbackRecorder.record(req)   validate, score with the model, write, update quality
     FeedbackLog.write(entry)       one JSON line per request, one file per UTC day
-    measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``models.metrics``)
+    measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``tpugraphs.metrics``)
     OnlineQuality                  running means per (model, version) since start
 
 The file format is documented in ``docs/feedback.md``. A request is acknowledged only
@@ -29,9 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from costmodel.runner import ArtifactRunner
-from models.metrics import kendall_tau, topk_slowdown
 from service.core.ranker import Ranker, Scored
 from service.errors import FeedbackUnavailable, InvalidRequest, RankingNotFound
+from tpugraphs.metrics import kendall_tau, topk_slowdown
 
 FORMAT = 1
 INT64_MAX = (1 << 63) - 1
@@ -119,7 +119,7 @@ def _compact(configs: npt.NDArray[np.float32]) -> list[Any]:
 
 
 def measure(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> Quality:
-    """Both metrics as ``models.metrics`` defines them, with K = 1 for the slowdown.
+    """Both metrics as ``tpugraphs.metrics`` defines them, with K = 1 for the slowdown.
 
     None for both with fewer than two distinct runtimes: there is nothing to rank.
     """

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from costmodel.manifest import read_manifest
 from models import cli
-from models.metrics import LAYOUT_KEYS, TILE_KEYS
 from models.synthetic import write_tree
+from tpugraphs.metrics import LAYOUT_KEYS, TILE_KEYS
 
 
 def app() -> typer.Typer:

@@ -9,8 +9,8 @@ import pytest
 from modelkit import tiny_config
 
 from models.crossval import cross_validate, kernel_folds
-from models.metrics import TILE_KEYS
 from models.synthetic import write_tree
+from tpugraphs.metrics import TILE_KEYS
 
 
 def fake_files(n_rankable: int, n_other: int) -> tuple[list[Path], list[Path]]:

@@ -9,9 +9,9 @@ import pytest
 from modelkit import tiny_config
 
 from models.data import ExampleStore
-from models.metrics import mean_metrics, metric_keys, random_baseline
 from models.synthetic import write_tree
 from models.train import fit
+from tpugraphs.metrics import mean_metrics, metric_keys, random_baseline
 
 SIZES = {
     "tile": {"num_nodes": 20, "num_configs": 80},

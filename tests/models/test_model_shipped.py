@@ -9,7 +9,7 @@ import pytest
 
 from costmodel.manifest import list_versions, read_manifest
 from costmodel.runner import ArtifactRunner
-from models.metrics import metric_keys
+from tpugraphs.metrics import metric_keys
 from tpugraphs.reader import load_npz
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "models" / "artifacts"

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from servicekit import NPZ, AppClient, graph_json, metric
 
-from models.metrics import kendall_tau, topk_slowdown
 from service.core.feedback import (
     FeedbackEntry,
     FeedbackLog,
@@ -26,6 +25,7 @@ from service.core.feedback import (
     measure,
 )
 from tpugraphs.arrays import Sample
+from tpugraphs.metrics import kendall_tau, topk_slowdown
 
 pytestmark = pytest.mark.anyio
 TAU = "costmodel_online_kendall_tau"

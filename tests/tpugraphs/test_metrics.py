@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from models.metrics import (
+from tpugraphs.metrics import (
     default_baseline_tile,
     expected_random_topk_slowdown,
     kendall_tau,
@@ -104,3 +104,21 @@ def test_kendall_tau_is_fast_on_large_inputs() -> None:
     rng = np.random.default_rng(0)
     x = rng.random(50_000)
     assert kendall_tau(x, x + 0.01 * rng.random(50_000)) > 0.9
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_expected_random_slowdown_with_many_ties(seed: int) -> None:
+    # Small integer runtimes: ties everywhere, every K from 1 to C.
+    runtimes = np.random.default_rng(seed).integers(1, 6, size=9)
+    for k in range(1, 10):
+        brute = np.mean([min(s) for s in itertools.combinations(runtimes, k)])
+        got = expected_random_topk_slowdown(runtimes, k)
+        assert got == pytest.approx(brute / runtimes.min() - 1, rel=1e-12, abs=1e-12)
+
+
+def test_expected_random_slowdown_closed_form_on_large_inputs() -> None:
+    # E[min of K draws from 1..N] = (N+1)/(K+1): checks the big combinatorics.
+    r = np.arange(1, 2001)[::-1]
+    assert expected_random_topk_slowdown(r, 199) == pytest.approx(2001 / 200 - 1)
+    assert expected_random_topk_slowdown(r, 1) == pytest.approx(r.mean() - 1)
+    assert expected_random_topk_slowdown(r, 2000) == 0
