@@ -19,6 +19,7 @@ COMMANDS = {
     "serve": "service.cli:serve",
     "replay": "clients.cli:replay",
     "featurize": "tpugraphs.hlo.cli:featurize",
+    "bench": "benchmarks.cli:bench",
 }
 
 

@@ -1,0 +1,90 @@
+"""How much of each phase a mode runs. Sizes are fixed by the issue (10,000 tile
+configs, 64 and 1,001 layout configs, 1,000 per load request); modes differ in repeats,
+time caps and the load's duration, so quick and full report the same quantities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from benchmarks.data import NLP_GRAPH, SMALL_LAYOUT_GRAPH
+from benchmarks.inproc import Budget
+from benchmarks.load import LoadSpec
+
+Mode = Literal["smoke", "quick", "full"]
+SWEEP_SIZES = (1, 10, 100, 1_000, 10_000, 100_000)
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: Mode
+    tile_configs: int  # per request in the throughput phases
+    raw: Budget
+    torch: Budget
+    http: Budget  # per body encoding
+    sweep_sizes: tuple[int, ...]
+    sweep: Budget  # per (series, size)
+    encoder: Budget
+    layout_graph: str  # under the shared data root
+    layout_batch: int
+    layout_cold: Budget
+    layout_cached: Budget
+    layout_redis: Budget
+    layout_all: Budget
+    load: LoadSpec
+
+
+FULL = Plan(
+    mode="full",
+    tile_configs=10_000,
+    raw=Budget(50, 10.0),
+    torch=Budget(50, 10.0),
+    http=Budget(30, 20.0),
+    sweep_sizes=SWEEP_SIZES,
+    sweep=Budget(15, 8.0),
+    encoder=Budget(7, 20.0),
+    layout_graph=NLP_GRAPH,
+    layout_batch=64,
+    layout_cold=Budget(5, 30.0),
+    layout_cached=Budget(30, 10.0),
+    layout_redis=Budget(15, 10.0),
+    layout_all=Budget(5, 30.0),
+    load=LoadSpec(clients=8, seconds=60.0, configs=1_000, max_requests=100_000),
+)
+
+QUICK = replace(
+    FULL,
+    mode="quick",
+    raw=Budget(15, 2.0),
+    torch=Budget(15, 2.0),
+    http=Budget(7, 3.0),
+    sweep=Budget(3, 1.5),
+    encoder=Budget(3, 3.0),
+    layout_cold=Budget(3, 5.0),
+    layout_cached=Budget(10, 2.0),
+    layout_redis=Budget(5, 2.0),
+    layout_all=Budget(2, 5.0),
+    load=LoadSpec(clients=8, seconds=6.0, configs=1_000, max_requests=20_000),
+)
+
+# Tiny sizes for the test suite: every phase and process, none of the waiting.
+SMOKE = replace(
+    QUICK,
+    mode="smoke",
+    tile_configs=500,
+    raw=Budget(2, 0.5),
+    torch=Budget(2, 0.5),
+    http=Budget(2, 0.5),
+    sweep_sizes=(1, 100),
+    sweep=Budget(1, 0.5),
+    encoder=Budget(1, 1.0),
+    layout_graph=SMALL_LAYOUT_GRAPH,
+    layout_batch=4,
+    layout_cold=Budget(1, 1.0),
+    layout_cached=Budget(2, 0.5),
+    layout_redis=Budget(1, 0.5),
+    layout_all=Budget(1, 1.0),
+    load=LoadSpec(clients=2, seconds=0.5, configs=50, max_requests=40),
+)
+
+PLANS: dict[Mode, Plan] = {"full": FULL, "quick": QUICK, "smoke": SMOKE}

@@ -1,0 +1,220 @@
+"""The processes a run starts: a throwaway ``redis-server`` and a uvicorn server.
+
+Both bind 127.0.0.1 on a free port, log to a file in the run's work directory, are
+waited on until they answer, and are stopped (terminate, then kill) by ``stop``, which
+is safe to call twice. Use them as context managers so a failing phase still stops them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+LOOPBACK = "127.0.0.1"
+
+
+class ProcessError(RuntimeError):
+    """A process the harness needs could not be started or did not become ready."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of a live process, from ``/proc/<pid>/status`` (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    raise ProcessError(f"no VmRSS for pid {pid}")
+
+
+def wait_until(
+    check: Callable[[], bool], timeout_s: float, interval_s: float = 0.05
+) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval_s)
+    return False
+
+
+class ManagedProcess:
+    """A child process with a log file; subclasses say how to start and probe it."""
+
+    name = "process"
+    ready_timeout_s = 30.0
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.log_path = workdir / f"{self.name}-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> Mapping[str, str] | None:
+        return None
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise ProcessError(f"{self.name} is not running")
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> Self:
+        """Spawn and wait until ready. A process that exits at once is retried on a
+        new port (another process may take a free port before we bind it)."""
+        for attempt in range(3):
+            if attempt:
+                self.port = free_port()
+                self.log_path = self.workdir / f"{self.name}-{self.port}.log"
+            self._spawn()
+            if not wait_until(
+                lambda: not self.running or self.ready(), self.ready_timeout_s
+            ):
+                self.stop()
+                raise ProcessError(
+                    f"{self.name} not ready in {self.ready_timeout_s:.0f} s\n"
+                    + self.log_tail()
+                )
+            if self.running:
+                return self
+        self.stop()
+        raise ProcessError(f"{self.name} exited at startup\n{self.log_tail()}")
+
+    def _spawn(self) -> None:
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=self.env(), cwd=self.workdir,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(
+                self.log_path.read_text(errors="replace").splitlines()[-lines:]
+            )
+        except OSError:
+            return ""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class RedisServer(ManagedProcess):
+    """``redis-server`` with no persistence, on a free loopback port."""
+
+    name = "redis"
+    ready_timeout_s = 10.0
+
+    def command(self) -> list[str]:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ProcessError("redis-server is not installed (`make redis-server`)")
+        return [binary, "--port", str(self.port), "--bind", LOOPBACK, "--save", "",
+                "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    def _send(self, command: bytes) -> bytes:
+        with socket.create_connection((LOOPBACK, self.port), timeout=2) as s:
+            s.sendall(command)
+            return s.recv(64)
+
+    def ready(self) -> bool:
+        try:
+            return self._send(b"PING\r\n").startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def flushall(self) -> None:
+        if not self._send(b"FLUSHALL\r\n").startswith(b"+OK"):
+            raise ProcessError("redis FLUSHALL failed")
+
+    def dbsize(self) -> int:
+        return int(self._send(b"DBSIZE\r\n").strip().lstrip(b":"))
+
+
+class ServiceServer(ManagedProcess):
+    """The service under uvicorn, one worker, configured by ``COSTMODEL_*`` variables.
+
+    It is started through the service's own factory ``service.app:app_from_env``
+    (``create_app(Settings())``), so it is the app ``costmodel serve`` runs.
+    """
+
+    name = "uvicorn"
+    ready_timeout_s = 90.0
+
+    def __init__(self, workdir: Path, settings_env: Mapping[str, str]) -> None:
+        super().__init__(workdir)
+        self.settings_env = dict(settings_env)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "uvicorn", "--factory",
+                "service.app:app_from_env", "--host", LOOPBACK,
+                "--port", str(self.port), "--workers", "1",
+                "--log-level", "warning", "--no-access-log"]  # fmt: skip
+
+    def env(self) -> Mapping[str, str]:
+        repo = str(Path(__file__).resolve().parents[1])
+        path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+        # The caller's own COSTMODEL_* variables (a Redis on 6379, say) stay out: the
+        # server gets exactly the settings of this run.
+        inherited = {
+            k: v for k, v in os.environ.items() if not k.startswith("COSTMODEL_")
+        }
+        return {**inherited, "PYTHONPATH": path, **self.settings_env}
+
+    def ready(self) -> bool:
+        """``GET /readyz`` answers 200 once every model is loaded and warmed up."""
+        try:
+            return httpx.get(self.url + "/readyz", timeout=1.0).is_success
+        except httpx.HTTPError:
+            return False

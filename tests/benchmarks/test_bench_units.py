@@ -1,0 +1,176 @@
+"""Unit tests of the harness's pieces: data, timing, report (no processes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.data import fresh_copy, synth_tile_configs, tile_workload
+from benchmarks.inproc import take_rows
+from benchmarks.plan import FULL, PLANS, QUICK
+from benchmarks.report import KEYS, add_ratios, missing_keys
+from benchmarks.timing import percentile, time_calls
+from tpugraphs.graph_id import graph_id
+
+
+def test_synthetic_tile_configs_keep_sums_and_products(shared_data: Path) -> None:
+    workload = tile_workload(pool=2_000, root=shared_data)
+    real = workload.main.configs
+    rows = synth_tile_configs(real, 2_000, np.random.default_rng(0))
+    assert rows.shape == (2_000, 24) and rows.dtype == np.float32
+    for start in (0, 8, 16):
+        dims = rows[:, start : start + 6]
+        assert np.array_equal(rows[:, start + 6], dims.sum(axis=1))
+        present = dims > 0
+        product = np.where(present, dims, 1).prod(axis=1)
+        assert np.array_equal(
+            rows[:, start + 7], np.where(present.any(axis=1), product, 0)
+        )
+    # Values stay in the real range (halved or doubled at most), zeros stay zeros.
+    assert rows.min() >= 0 and rows[:, :6].max() <= 2 * max(real[:, :6].max(), 1)
+    assert not rows[:, real.any(axis=0) == 0].any()
+
+
+def test_fresh_copy_is_a_new_graph_with_the_same_shape(shared_data: Path) -> None:
+    graph = tile_workload(pool=1, root=shared_data).main.graph
+    copies = [fresh_copy(graph, k) for k in range(3)]
+    ids = {graph_id(g.node_feat, g.node_opcode, g.edge_index) for g in [graph, *copies]}
+    assert len(ids) == 4
+    assert all(g.node_feat.shape == graph.node_feat.shape for g in copies)
+    assert graph.node_feat[0, 1] == 0  # the original is untouched
+
+
+def test_take_rows_tiles_beyond_the_pool() -> None:
+    pool = np.arange(12, dtype=np.float32).reshape(4, 3)
+    assert take_rows(pool, 2).shape == (2, 3)
+    big = take_rows(pool, 10)
+    assert big.shape == (10, 3) and np.array_equal(big[4:8], pool)
+
+
+def test_time_calls_stops_at_the_budget() -> None:
+    calls = []
+    start = time.monotonic()
+    timings = time_calls(
+        lambda: (calls.append(1), time.sleep(0.02)), 1_000, 0.1, warmup=1
+    )
+    assert time.monotonic() - start < 1.0
+    assert 1 <= len(timings.seconds) < 20 and len(calls) == len(timings.seconds) + 1
+
+
+def test_time_calls_runs_setup_untimed() -> None:
+    timings = time_calls(
+        lambda: None, 3, 10.0, warmup=0, setup=lambda: time.sleep(0.05)
+    )
+    assert len(timings.seconds) == 3 and max(timings.seconds) < 0.04
+
+
+def test_percentile() -> None:
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([1.0, 2.0], 100) == 2.0
+    assert np.isnan(percentile([], 50))
+
+
+def test_report_ratios_goals_and_missing_keys() -> None:
+    result: dict[str, object] = {key: 1.0 for key in KEYS}
+    result.update(raw_scorer_configs_per_s=100.0, http_binary_configs_per_s=80.0,
+                  http_json_configs_per_s=10.0, layout_cold_ms=300.0, layout_cached_ms=10.0,
+                  load_errors=0, load_p50_ms=10.0, load_p99_ms=20.0)  # fmt: skip
+    add_ratios(result)  # type: ignore[arg-type]
+    assert result["http_over_raw"] == pytest.approx(0.8)
+    assert result["binary_over_json"] == pytest.approx(8.0)
+    assert result["cache_speedup"] == pytest.approx(30.0)
+    assert all(result["goals"].values())  # type: ignore[union-attr]
+    assert missing_keys(result) == []
+    result["load_rps"] = None
+    assert missing_keys(result) == ["load_rps"]
+
+
+def test_torch_figure_may_be_null_only_with_a_reason() -> None:
+    result: dict[str, object] = {key: 1.0 for key in KEYS}
+    result["torch_eager_configs_per_s"] = None
+    assert missing_keys({**result, "torch_eager_note": "torch is not installed"}) == []
+    assert missing_keys(result) == ["torch_eager_configs_per_s"]
+
+
+def test_plans_are_bounded() -> None:
+    assert QUICK.load.seconds <= 10 and FULL.load.seconds <= 120
+    for plan in PLANS.values():
+        assert plan.load.max_requests > 0 and plan.load.clients > 0
+        budgets = [plan.raw, plan.torch, plan.http, plan.encoder, plan.layout_cold,
+                   plan.layout_cached, plan.layout_redis, plan.layout_all]  # fmt: skip
+        assert all(b.repeats >= 1 and b.seconds > 0 for b in budgets)
+
+
+def test_torch_phase_without_a_checkpoint_says_why(
+    tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import torch_eager
+    from benchmarks.inproc import Budget
+
+    monkeypatch.setattr(torch_eager, "RUNS", tmp_path / "runs")
+    graph = tile_workload(pool=1, root=shared_data).main.graph
+    configs = np.zeros((4, 24), np.float32)
+    result = torch_eager.tile_scorer(
+        tmp_path / "tile" / "1", graph, configs, configs[:, 0], Budget(1, 1.0), 1
+    )
+    assert result.timings is None and "checkpoint.pt" in result.note
+    assert result.figures(4)["torch_eager_configs_per_s"] is None
+
+
+def test_server_env_option_parses_pairs() -> None:
+    import typer
+
+    from benchmarks.cli import parse_env
+
+    assert parse_env(["COSTMODEL_A=1", "COSTMODEL_B=x=y"]) == {
+        "COSTMODEL_A": "1",
+        "COSTMODEL_B": "x=y",
+    }
+    with pytest.raises(typer.BadParameter):
+        parse_env(["COSTMODEL_A"])
+
+
+def test_fresh_copy_costs_and_scores_the_same(shared_data: Path) -> None:
+    """The cold phase's copies must be the same work and the same answer."""
+    from benchmarks.data import SMALL_LAYOUT_GRAPH, layout_sample
+    from benchmarks.harness import latest
+    from costmodel.runner import ArtifactRunner
+
+    models = Path(__file__).resolve().parents[2] / "models" / "artifacts"
+    if not (models / "layout").is_dir():
+        pytest.fail(f"shipped artifacts missing under {models}")
+    sample = layout_sample(SMALL_LAYOUT_GRAPH, shared_data)
+    runner = ArtifactRunner(latest(models, "layout"))
+    original = runner.encode(sample.graph)
+    copy = runner.encode(fresh_copy(sample.graph, 7))
+    for name, value in original.items():
+        assert np.array_equal(value, copy[name]), name
+
+
+def test_redis_process_starts_answers_and_stops(tmp_path: Path) -> None:
+    from benchmarks.procs import RedisServer
+
+    with RedisServer(tmp_path) as redis:
+        pid = redis.pid
+        assert redis.ready() and redis.dbsize() == 0
+        redis.flushall()
+    assert not redis.running and not Path(f"/proc/{pid}").exists()
+
+
+def test_a_process_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> None:
+    from benchmarks.procs import ManagedProcess, ProcessError
+
+    class Broken(ManagedProcess):
+        name = "broken"
+
+        def command(self) -> list[str]:
+            return ["sh", "-c", "echo cannot bind >&2; exit 3"]
+
+        def ready(self) -> bool:
+            return False
+
+    with pytest.raises(ProcessError, match="cannot bind"):
+        Broken(tmp_path).start()
