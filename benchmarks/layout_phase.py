@@ -1,8 +1,8 @@
 """An autotuner round on a real layout graph, through the service and the real client.
 
 * cold: a graph id the service has never seen and an empty Redis, so the client's
-  ``rank`` gets ``graph_not_found``, uploads the graph (the service encodes it) and asks
-  again: what the first round of a tuning session costs;
+  ``rank`` sends the graph inline with its first request (the service encodes it, then
+  scores): what the first round of a tuning session costs;
 * cached: the same request once the embedding is in the server's memory;
 * redis hit: a second server that keeps no in-process cache, sharing the Redis, so
   every request finds the embedding in Redis only;
@@ -64,8 +64,8 @@ def cold(
 ) -> Timings:
     """Each call ranks a never-seen copy of the graph, Redis flushed first (untimed).
 
-    Timed: what the tuner's first round costs end to end, hashing the graph for its id,
-    the rank that misses, the upload (the service encodes), and the rank that scores.
+    Timed: what the tuner's first round costs end to end: hashing the graph for its id
+    and one rank request carrying the graph inline (the service encodes, then scores).
     One untimed cold call first warms the server's encoder session for this size.
     """
     copies = (fresh_copy(sample.graph, k) for k in itertools.count())

@@ -97,7 +97,8 @@ class AsyncCostModelClient(ClientCore):
     ) -> GraphInfo:
         limit = self._deadline(deadline)
         return await self._run(
-            upload_flow(model, prepare_graph(graph), model_version), limit
+            upload_flow(model, prepare_graph(graph), model_version, self.known_graphs),
+            limit,
         )
 
     async def feedback(
@@ -120,6 +121,7 @@ class AsyncCostModelClient(ClientCore):
             configs,
             config_indices,
             model_version,
+            self.known_graphs,
         )
         return await self._run(flow, limit)
 

@@ -82,7 +82,9 @@ class CostModelClient(ClientCore):
         ``graph`` may be HLO text (``Hlo``, or a ``.hlo.txt`` path) and ``configs`` raw
         configs (``TileSizes``; instruction name -> ``NodeLayout``): both are turned
         into arrays here, so only arrays travel and the graph_id is the service's.
-        The graph travels only when the service does not know its id yet. With
+        The graph travels inline with the first rank of its id in this client (one
+        request, ``uploaded`` is True); later ranks send only the id, and upload the
+        graph again only if the service answers ``graph_not_found``. With
         ``fallback`` (the caller's own order, best first; unlisted configs follow in
         input order), a service that cannot answer within ``deadline`` seconds yields
         a ``degraded`` result instead of ``ServiceUnavailable``/``DeadlineExceeded``.
@@ -106,7 +108,10 @@ class CostModelClient(ClientCore):
     ) -> GraphInfo:
         """PUT the graph (``rank`` does this by itself when needed)."""
         limit = self._deadline(deadline)
-        return self._run(upload_flow(model, prepare_graph(graph), model_version), limit)
+        return self._run(
+            upload_flow(model, prepare_graph(graph), model_version, self.known_graphs),
+            limit,
+        )
 
     def feedback(
         self,
@@ -131,6 +136,7 @@ class CostModelClient(ClientCore):
             configs,
             config_indices,
             model_version,
+            self.known_graphs,
         )
         return self._run(flow, limit)
 

@@ -22,7 +22,7 @@ from clients.errors import (
     error_from_response,
     error_from_transport,
 )
-from clients.operations import Flow, rank_flow
+from clients.operations import Flow, KnownGraphs, rank_flow
 from clients.payloads import GraphInput, PreparedGraph, config_array, prepare_graph
 from clients.retry import Deadline, RetryPolicy, parse_retry_after
 from clients.wire import Call, RankResult, fallback_result
@@ -52,6 +52,8 @@ class ClientCore:
         self.limits = limits
         self.retry = retry or RetryPolicy()
         self.default_deadline = default_deadline
+        # Graph ids the service answered for: ranked by id, the others sent inline.
+        self.known_graphs = KnownGraphs()
 
     @staticmethod
     def _headers(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -100,7 +102,7 @@ class ClientCore:
         return (
             prepared,
             int(array.shape[0]),
-            rank_flow(model, prepared, array, top_k, version),
+            rank_flow(model, prepared, array, top_k, version, self.known_graphs),
         )
 
 

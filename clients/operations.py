@@ -3,11 +3,13 @@
 A flow is a generator that yields the ``Call`` it needs next and receives the
 ``httpx.Response``; a failed exchange is thrown into it as a ``CostModelError`` so
 the flow can react (``GraphNotFound`` → upload the graph, then ask again, once).
-The clients only drive flows: they own the I/O, the retries and the deadline.
+The clients only drive flows: they own the I/O, the retries and the deadline, and
+the ``KnownGraphs`` that decide whether a rank sends its graph by id or inline.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator, Sequence
 from typing import Any, TypeAlias, TypeVar
 
@@ -34,10 +36,46 @@ from clients.wire import (
 
 T = TypeVar("T")
 Flow: TypeAlias = Generator[Call, httpx.Response, T]
+# From this many configs on, the rank answer comes as npz: decoding it is cheaper
+# than JSON from ~1,000 configs (10k: the request takes half the time); below, the
+# npz codec costs more than it saves.
+NPZ_ANSWER_MIN_CONFIGS = 1000
+
+
+class KnownGraphs:
+    """(model, graph_id) pairs the service answered a rank or upload for, as seen
+    by one client.
+
+    A rank for a known id goes by id; any other carries its graph inline, one
+    request instead of rank → ``graph_not_found`` → upload → rank. Bounded (the
+    oldest are forgotten first) and safe to share between threads.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._ids: dict[tuple[str, str], None] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._ids
+
+    def add(self, model: str, graph_id: str) -> None:
+        with self._lock:
+            self._ids.pop((model, graph_id), None)
+            self._ids[(model, graph_id)] = None
+            while len(self._ids) > self.limit:
+                del self._ids[next(iter(self._ids))]
+
+    def discard(self, model: str, graph_id: str) -> None:
+        with self._lock:
+            self._ids.pop((model, graph_id), None)
 
 
 def upload_flow(
-    model: str, graph: PreparedGraph, version: str | None
+    model: str,
+    graph: PreparedGraph,
+    version: str | None,
+    known: KnownGraphs | None = None,
 ) -> Flow[GraphInfo]:
     call = Call(
         "PUT",
@@ -52,6 +90,8 @@ def upload_flow(
             f"service hashed the graph to {info.graph_id}, the client to {graph.graph_id}: "
             "the canonical graph_id encodings differ"
         )
+    if known is not None:
+        known.add(model, graph.graph_id)
     return info
 
 
@@ -61,25 +101,61 @@ def rank_flow(
     configs: npt.NDArray[np.float32],
     top_k: int | None,
     version: str | None,
+    known: KnownGraphs,
 ) -> Flow[RankResult]:
-    """POST /v1/rank by graph id; on ``graph_not_found`` upload and retry once.
+    """POST /v1/rank: by graph id once ``known`` has it, else with the graph inline.
 
-    ``configs`` must already be validated (``payloads.config_array``).
+    By id, ``graph_not_found`` (the service evicted it, or restarted) uploads the
+    graph and retries once; inline, a body over the service's size limit falls back
+    to the same upload and a rank by id. ``configs`` must already be validated
+    (``payloads.config_array``).
     """
     if top_k is not None and top_k < 1:
         raise InvalidRequest("top_k must be >= 1", field="top_k")
-    params = query(
-        model=model, graph_id=graph.graph_id, top_k=top_k, model_version=version
-    )
-    call = Call("POST", "/v1/rank", params, configs_npz(configs, graph), NPZ)
-    uploaded = False
+    n = int(configs.shape[0])
+    accept = NPZ if n >= NPZ_ANSWER_MIN_CONFIGS else None
+    by_id = (model, graph.graph_id) in known
+    first = _rank_call(model, graph, configs, top_k, version, by_id, accept)
+    uploaded = not by_id
     try:
-        response = yield call
-    except GraphNotFound:
+        response = yield first
+    except (GraphNotFound, InvalidRequest) as exc:
+        if not _upload_helps(exc, by_id):
+            raise
+        known.discard(model, graph.graph_id)
         yield from upload_flow(model, graph, version)
         uploaded = True
-        response = yield call
-    return parse_rank(response, graph.graph_id, configs.shape[0], uploaded)
+        again = (
+            first
+            if by_id
+            else _rank_call(model, graph, configs, top_k, version, True, accept)
+        )
+        response = yield again
+    result = parse_rank(response, graph.graph_id, n, uploaded)
+    known.add(model, graph.graph_id)
+    return result
+
+
+def _rank_call(
+    model: str,
+    graph: PreparedGraph,
+    configs: npt.NDArray[np.float32],
+    top_k: int | None,
+    version: str | None,
+    by_id: bool,
+    accept: str | None,
+) -> Call:
+    graph_id = graph.graph_id if by_id else None
+    params = query(model=model, graph_id=graph_id, top_k=top_k, model_version=version)
+    body = configs_npz(configs, graph, inline=not by_id)
+    return Call("POST", "/v1/rank", params, body, NPZ, accept=accept)
+
+
+def _upload_helps(error: GraphNotFound | InvalidRequest, by_id: bool) -> bool:
+    """By id: the service lost the graph. Inline: the graph made the body too large."""
+    if by_id:
+        return isinstance(error, GraphNotFound)
+    return isinstance(error, InvalidRequest) and error.status == 413
 
 
 def feedback_flow(
@@ -89,6 +165,7 @@ def feedback_flow(
     configs: Any | None,
     config_indices: Sequence[int] | None,
     version: str | None,
+    known: KnownGraphs | None = None,
 ) -> Flow[FeedbackResult]:
     """POST /v1/feedback (JSON). Not idempotent: a lost answer is not resent."""
     body = {"model": model, "graph_id": graph.graph_id}
@@ -99,7 +176,7 @@ def feedback_flow(
     try:
         response = yield call
     except GraphNotFound:
-        yield from upload_flow(model, graph, version)
+        yield from upload_flow(model, graph, version, known)
         response = yield call
     return parse_feedback(response)
 

@@ -6,12 +6,16 @@ on anything else, so a result object is always complete and typed.
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
+import numpy as np
+import numpy.typing as npt
 
 from clients.errors import CostModelError, ProtocolError
 from clients.payloads import NPZ
@@ -30,10 +34,14 @@ class Call:
     content: bytes | None = None
     content_type: str | None = None
     idempotent: bool = True
+    accept: str | None = None  # None: the client's default, JSON
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Content-Type": self.content_type} if self.content_type else {}
+        headers = {"Content-Type": self.content_type} if self.content_type else {}
+        if self.accept:
+            headers["Accept"] = self.accept
+        return headers
 
 
 def query(**values: str | int | None) -> dict[str, str]:
@@ -47,6 +55,12 @@ def json_body(value: Any) -> bytes:
 @dataclass(frozen=True)
 class RankResult:
     """Configs ranked best first. ``scores`` are in input order, lower = faster.
+
+    ``cache`` is where the service found the graph's embedding for this request
+    (``"miss"``: it encoded the graph it received with the request). ``uploaded``:
+    the graph's arrays went to the service during this call, inline with the rank
+    (the first for its id in this client) or by ``PUT /v1/graphs`` after
+    ``graph_not_found``.
 
     ``degraded`` results come from the caller's ``fallback`` ordering: the service
     did not answer (``error`` says why), so there are no scores, version or cache.
@@ -100,45 +114,130 @@ def _json_object(response: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def _ints(body: Mapping[str, Any], key: str) -> tuple[int, ...]:
-    value = body.get(key)
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise ProtocolError(f"rank answer: {key!r} must be a list of integers")
-    return tuple(value)
-
-
 def parse_rank(
     response: httpx.Response, graph_id: str, num_configs: int, uploaded: bool
 ) -> RankResult:
-    body = _json_object(response)
-    ranking = _ints(body, "ranking")
-    top_k = _ints(body, "top_k") if "top_k" in body else ranking
-    scores = body.get("scores")
-    if sorted(ranking) != list(range(num_configs)):
+    """A rank answer, JSON or (when it says so) npz, checked against the contract.
+
+    The checks are numpy passes, not a Python loop per element: a 10k-config answer
+    is parsed in about the time ``tuple`` takes to build the result.
+    """
+    content_type = response.headers.get("content-type", "")
+    if content_type.split(";", 1)[0].strip().lower() == NPZ:
+        answer = _npz_answer(response)
+    else:
+        answer = _json_answer(response)
+    ranking = answer.ranking
+    if len(ranking) != num_configs or not _is_permutation(ranking):
         raise ProtocolError(
             f"rank answer: ranking is not a permutation of {num_configs}"
         )
-    if not isinstance(scores, list) or len(scores) != num_configs:
+    if len(answer.scores) != num_configs:
         raise ProtocolError("rank answer: 'scores' must have one entry per config")
-    if body.get("graph_id") not in (None, graph_id):
+    if answer.graph_id not in (None, graph_id):
         raise ProtocolError(
-            f"rank answer is for graph {body.get('graph_id')}, not {graph_id}"
+            f"rank answer is for graph {answer.graph_id}, not {graph_id}"
         )
-    cache = body.get("cache")
-    if cache not in ("memory", "redis", "miss"):
-        raise ProtocolError(f"rank answer: unknown cache tier {cache!r}")
-    version = body.get("model_version")
+    if answer.cache not in ("memory", "redis", "miss"):
+        raise ProtocolError(f"rank answer: unknown cache tier {answer.cache!r}")
+    listed = tuple(ranking.tolist())
+    top = answer.top_k
+    k = len(top)
+    if k <= num_configs and np.array_equal(top, ranking[:k]):
+        top_k = listed[:k]  # as the service sends it: no second 10k-int tuple
+    else:
+        top_k = tuple(top.tolist())
     return RankResult(
-        ranking=ranking,
+        ranking=listed,
         top_k=top_k,
-        scores=tuple(float(s) for s in scores),
+        scores=tuple(answer.scores.tolist()),
+        model=answer.model,
+        model_version=answer.model_version,
+        graph_id=graph_id,
+        cache=answer.cache,
+        uploaded=uploaded,
+    )
+
+
+@dataclass(frozen=True)
+class _RankAnswer:
+    """A rank answer's fields, from either encoding, before the shared checks."""
+
+    model: str
+    model_version: str | None
+    graph_id: Any
+    cache: Any
+    ranking: npt.NDArray[np.int64]
+    scores: npt.NDArray[np.floating[Any]]
+    top_k: npt.NDArray[np.int64]
+
+
+def _is_permutation(ranking: npt.NDArray[np.int64]) -> bool:
+    """Each of 0..n-1 exactly once."""
+    n = len(ranking)
+    if n == 0:
+        return True
+    if ranking.min() < 0 or ranking.max() >= n:
+        return False
+    return bool(np.bincount(ranking, minlength=n).max() == 1)
+
+
+def _json_answer(response: httpx.Response) -> _RankAnswer:
+    body = _json_object(response)
+    ranking = _int_array(body, "ranking")
+    top_k = _int_array(body, "top_k") if "top_k" in body else ranking
+    try:
+        scores = np.array(body.get("scores"))
+    except (TypeError, ValueError):  # ragged
+        scores = np.array(None)
+    if scores.ndim != 1 or scores.dtype.kind not in "biuf":
+        raise ProtocolError("rank answer: 'scores' must be a list of numbers")
+    version = body.get("model_version")
+    return _RankAnswer(
         model=str(body.get("model", "")),
         model_version=None if version is None else str(version),
-        graph_id=graph_id,
-        cache=cache,
-        uploaded=uploaded,
+        graph_id=body.get("graph_id"),
+        cache=body.get("cache"),
+        ranking=ranking,
+        scores=scores.astype(np.float64, copy=False),
+        top_k=top_k,
+    )
+
+
+def _int_array(body: Mapping[str, Any], key: str) -> npt.NDArray[np.int64]:
+    """A JSON list of integers (bools are not) as int64: one C-level type scan."""
+    value = body.get(key)
+    if not isinstance(value, list) or not set(map(type, value)) <= {int}:
+        raise ProtocolError(f"rank answer: {key!r} must be a list of integers")
+    try:
+        return np.array(value, dtype=np.int64)
+    except OverflowError:
+        raise ProtocolError(
+            f"rank answer: {key!r} must be a list of integers"
+        ) from None
+
+
+def _npz_answer(response: httpx.Response) -> _RankAnswer:
+    """``Accept: application/x-npz``: the arrays in an npz, the rest in headers."""
+    try:
+        with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in ("ranking", "scores", "top_k")}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise ProtocolError(
+            f"rank answer: not an npz of ranking, scores and top_k ({exc})"
+        ) from None
+    for key, kinds in (("ranking", "iu"), ("top_k", "iu"), ("scores", "f")):
+        if arrays[key].ndim != 1 or arrays[key].dtype.kind not in kinds:
+            raise ProtocolError(f"rank answer: {key!r} must be a 1-d numeric array")
+    headers = response.headers
+    return _RankAnswer(
+        model=headers.get("x-model", ""),
+        model_version=headers.get("x-model-version"),
+        graph_id=headers.get("x-graph-id"),
+        cache=headers.get("x-cache"),
+        ranking=arrays["ranking"].astype(np.int64, copy=False),
+        scores=arrays["scores"],
+        top_k=arrays["top_k"].astype(np.int64, copy=False),
     )
 
 

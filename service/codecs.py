@@ -240,10 +240,10 @@ def encode_rank_npz(
 ) -> bytes:
     """A rank answer as npz (for ``Accept: application/x-npz``)."""
     buf = io.BytesIO()
-    np.savez(
+    np.savez(  # asarray: the ranker's arrays already have these dtypes, no copies
         buf,
-        ranking=ranking.astype(np.int64),
-        scores=scores.astype(np.float32),
-        top_k=top_k.astype(np.int64),
+        ranking=np.asarray(ranking, np.int64),
+        scores=np.asarray(scores, np.float32),
+        top_k=np.asarray(top_k, np.int64),
     )
     return buf.getvalue()

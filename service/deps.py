@@ -1,4 +1,8 @@
-"""Typed dependencies: two-line accessors over ``app.state``, overridable in tests."""
+"""Typed dependencies: two-line accessors over ``app.state``, overridable in tests.
+
+They are ``async def`` although they never await: FastAPI runs a sync dependency in
+the threadpool, a thread hop per accessor per request for a mere attribute read.
+"""
 
 from __future__ import annotations
 
@@ -16,23 +20,23 @@ from service.metrics import Metrics
 from service.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
 
-def get_registry(request: Request) -> ModelRegistry:
+async def get_registry(request: Request) -> ModelRegistry:
     return cast(ModelRegistry, request.app.state.registry)
 
 
-def get_ranker(request: Request) -> Ranker:
+async def get_ranker(request: Request) -> Ranker:
     return cast(Ranker, request.app.state.ranker)
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return cast(Metrics, request.app.state.metrics)
 
 
-def get_feedback(request: Request) -> FeedbackRecorder:
+async def get_feedback(request: Request) -> FeedbackRecorder:
     return cast(FeedbackRecorder, request.app.state.feedback)
 
 
@@ -45,7 +49,7 @@ FeedbackDep = Annotated[FeedbackRecorder, Depends(get_feedback)]
 _bearer = HTTPBearer(auto_error=False, description="COSTMODEL_ADMIN_TOKEN")
 
 
-def require_admin(
+async def require_admin(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

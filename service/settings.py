@@ -53,8 +53,11 @@ class Settings(BaseSettings):
     inference_workers: int = Field(
         default_factory=lambda: max(1, min(4, os.cpu_count() or 1)), ge=1
     )
+    # Small enough that the layout scorer's per-row intermediates stay in cache and
+    # the onnxruntime arena stays small: 1,001 nlp configs cost ~20% less server CPU
+    # than at 262,144 (benchmarks/README.md); 8,192-65,536 measured the same.
     score_chunk_rows: int = Field(
-        default=262_144,
+        default=32_768,
         ge=1,
         description="configs x configurable nodes scored per ONNX run",
     )

@@ -82,15 +82,19 @@ def build_graph(raw: RawGraph, collection: str, limits: Limits) -> tuple[Graph, 
     return graph, gid
 
 
-def build_configs(
+def check_configs(
     value: Any,
     runner: ArtifactRunner,
     embedding: Embedding,
     field: str,
     limits: Limits,
     graph: Graph | None = None,
-) -> npt.NDArray[np.float32]:
-    """Validate a config batch against the scorer's config input; returns float32."""
+) -> np.ndarray[Any, Any]:
+    """Check a config batch's dtype and shape against the scorer's config input.
+
+    Cheap (no pass over the values), so it runs on the event loop; the batch keeps
+    its wire dtype (layout configs come as int8) and ``as_float32`` converts it.
+    """
     spec = runner.manifest.config_input
     try:
         arr = np.asarray(value)
@@ -117,8 +121,18 @@ def build_configs(
             f"got {list(arr.shape)}",
             field,
         )
+    return arr
+
+
+def as_float32(arr: np.ndarray[Any, Any], field: str) -> npt.NDArray[np.float32]:
+    """The scorer's float32 C-order input, refused if it holds NaN or infinity.
+
+    A pass over every value (15M for 1,001 nlp layout configs): call it in the
+    scoring thread. Integer batches skip the check: they cannot hold NaN, and any
+    int64 is finite as float32.
+    """
     out = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(out).all():
+    if arr.dtype.kind == "f" and not np.isfinite(out).all():
         raise InvalidRequest("contains NaN or infinite values", field)
     return out
 

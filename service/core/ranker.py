@@ -1,7 +1,7 @@
 """Rank configs for a graph: embed once per (model, version, graph), score per batch.
 
 The encoder and scorer run in worker threads (onnxruntime releases the GIL), limited
-to ``workers`` runs at once; the event loop only validates, looks up and sorts.
+to ``workers`` runs at once; the event loop only checks shapes, looks up and sorts.
 
 The configs and scores of recent rank requests are remembered per (model, version,
 graph_id) in a byte-bounded LRU, so feedback may name configs by index. That memory is
@@ -24,7 +24,13 @@ from costmodel.runner import ArtifactRunner, Embedding
 from service.core.cache import CacheKey, EmbeddingCache, Source
 from service.core.graph_meta import GraphMeta
 from service.core.hlo import HloText, featurize_graph
-from service.core.inputs import Limits, RawGraph, build_configs, build_graph
+from service.core.inputs import (
+    Limits,
+    RawGraph,
+    as_float32,
+    build_graph,
+    check_configs,
+)
 from service.core.memory import MemoryLRU
 from service.core.raw_configs import RawConfigs, encode_raw
 from service.core.registry import ModelRegistry
@@ -133,12 +139,14 @@ class Ranker:
         value = req.configs
         if isinstance(value, RawConfigs):
             value = await self._raw_configs(value, runner, gid)
-        configs = build_configs(
+        checked = check_configs(
             value, runner, embedding, req.configs_field, self.limits, graph
         )
-        scores = await self._run(self._score, runner, embedding, configs)
+        configs, scores = await self._run(
+            self._score, runner, embedding, checked, req.configs_field
+        )
         self.recent.put((runner.name, runner.version, gid), {"c": configs, "s": scores})
-        ranking = np.argsort(scores, kind="stable").astype(np.int64)
+        ranking = stable_order(scores)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(
             runner.name, runner.version, gid, source, scores, ranking, ranking[:k]
@@ -149,9 +157,8 @@ class Ranker:
     ) -> Scored:
         """Validate and score configs for a cached graph; nothing is remembered."""
         embedding, _ = await self._cached(runner, gid)
-        configs = build_configs(value, runner, embedding, field, self.limits)
-        scores = await self._run(self._score, runner, embedding, configs, False)
-        return configs, scores
+        checked = check_configs(value, runner, embedding, field, self.limits)
+        return await self._run(self._score, runner, embedding, checked, field, False)
 
     def recall(self, runner: ArtifactRunner, gid: str) -> Scored | None:
         """The configs and scores of this process's latest rank request for the graph."""
@@ -227,10 +234,14 @@ class Ranker:
         self,
         runner: ArtifactRunner,
         embedding: Embedding,
-        configs: npt.NDArray[np.float32],
+        checked: np.ndarray[Any, Any],
+        field: str,
         report: bool = True,  # False: not a rank request (feedback), not in its metrics
-    ) -> npt.NDArray[np.float32]:
+    ) -> Scored:
+        """The float32 configs and their scores, in a worker thread: the conversion
+        from the wire dtype passes over every value, so it stays off the loop too."""
         start = time.perf_counter()
+        configs = as_float32(checked, field)
         rows_per_config = int(np.prod(configs.shape[1:-1], dtype=np.int64))
         step = max(1, self.chunk_rows // max(1, rows_per_config))
         parts = [
@@ -240,7 +251,30 @@ class Ranker:
         scores = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if report:
             self.events.scored(runner.name, time.perf_counter() - start, len(configs))
-        return scores
+        return configs, scores
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+
+# Below this many scores numpy's stable argsort is as fast as the keyed sort.
+KEYED_SORT_MIN = 2048
+
+
+def stable_order(scores: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
+    """``np.argsort(scores, kind="stable")``: ascending, ties by index, NaN last.
+
+    numpy's stable argsort of float32 is slow from a few thousand values on (10k:
+    0.9 ms); one plain sort of 64-bit keys, the score's order-preserving bits above
+    its index, gives the same order ~5x faster. -0.0 is made +0.0 and every NaN the
+    positive one, so they tie and sort as numpy's comparisons do.
+    """
+    if len(scores) < KEYED_SORT_MIN:
+        return np.argsort(scores, kind="stable").astype(np.int64)
+    canonical = np.where(np.isnan(scores), np.float32(np.nan), scores + np.float32(0))
+    bits = canonical.astype(np.float32, copy=False).view(np.uint32).astype(np.uint64)
+    # Negative floats: flip every bit (more negative = smaller); others: set the sign.
+    flip = np.where(bits >> 31, np.uint64(0xFFFFFFFF), np.uint64(0x80000000))
+    keys = ((bits ^ flip) << 32) | np.arange(len(scores), dtype=np.uint64)
+    keys.sort()
+    return (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)

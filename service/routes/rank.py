@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic_core
 from fastapi import APIRouter, Query, Request, Response
 
 from service.body import parse, read_body
@@ -47,7 +48,7 @@ async def rank(
     graph_id: str | None = Query(None, pattern=HEX64, description="npz bodies"),
     top_k: int | None = Query(None, ge=1, description="npz bodies"),
     model_version: str | None = Query(None, pattern=VERSION, description="npz bodies"),
-) -> RankOut | Response:
+) -> Response:
     """Score configs (JSON or npz body); ``ranking`` lists all indices, best first."""
     body = await read_body(request, settings.max_body_bytes)
     params = Params(model, model_version, graph_id, top_k)
@@ -62,11 +63,18 @@ async def rank(
     return _json_answer(result)
 
 
-def _json_answer(r: RankResult) -> RankOut:
-    return RankOut(
-        model=r.model, model_version=r.model_version, graph_id=r.graph_id, cache=r.cache,
-        ranking=r.ranking.tolist(), scores=r.scores.tolist(), top_k=r.top_k.tolist(),
-    )  # fmt: skip
+def _json_answer(r: RankResult) -> Response:
+    """``RankOut`` as JSON, serialized straight from the core's result. Validating
+    the 3 lists of up to 100k numbers that the core built (``RankOut(...)``, then
+    FastAPI's response model) cost more than encoding them: 10k configs 2.6 -> 1.7
+    ms. ``test_json_answer_is_the_schema_serialized`` keeps the two in step."""
+    ranking = r.ranking.tolist()
+    top_k = ranking if len(r.top_k) == len(ranking) else ranking[: len(r.top_k)]
+    answer = {
+        "model": r.model, "model_version": r.model_version, "graph_id": r.graph_id,
+        "cache": r.cache, "ranking": ranking, "scores": r.scores.tolist(), "top_k": top_k,
+    }  # fmt: skip
+    return Response(pydantic_core.to_json(answer), media_type="application/json")
 
 
 def _npz_answer(r: RankResult) -> Response:

@@ -109,18 +109,41 @@ class FakeService:
         version = self._version(model, params.get("model_version"))
         if isinstance(version, httpx.Response):
             return version
-        graph = self.graphs.get((model, params["graph_id"]))
-        if graph is None:
-            return error(404, "graph_not_found")
         with np.load(io.BytesIO(request.content)) as data:
-            (key,) = data.files
-            configs = make_configs(data[key], graph, key)
+            arrays = {k: data[k] for k in data.files}
+        (key,) = [k for k in ("config_feat", "node_config_feat") if k in arrays]
+        inline = {k: v for k, v in arrays.items() if k != key}
+        if bool(inline) == ("graph_id" in params):
+            return error(
+                422, "invalid_request", "give exactly one of graph_id or graph"
+            )
+        if inline:  # the graph travels with the request: validated, hashed, kept
+            graph = make_graph(**inline)
+            gid = graph_id(graph.node_feat, graph.node_opcode, graph.edge_index,
+                           graph.node_config_ids)  # fmt: skip
+            cache = "memory" if (model, gid) in self.graphs else "miss"
+            self.graphs[(model, gid)] = graph
+        else:
+            gid, cache = params["graph_id"], "memory"
+            found = self.graphs.get((model, gid))
+            if found is None:
+                return error(404, "graph_not_found")
+            graph = found
+        configs = make_configs(arrays[key], graph, key)
         # A deterministic stand-in model: lower feature sum = faster.
         scores = configs.reshape(configs.shape[0], -1).sum(axis=1).astype(np.float64)
-        ranking = np.argsort(scores, kind="stable").tolist()
-        k = int(params.get("top_k", len(ranking)))
-        body = {"model": model, "model_version": version, "graph_id": params["graph_id"],
-                "cache": "memory", "ranking": ranking, "scores": scores.tolist(),
+        order = np.argsort(scores, kind="stable")
+        k = int(params.get("top_k", len(order)))
+        if "application/x-npz" in request.headers.get("accept", ""):
+            buf = io.BytesIO()
+            np.savez(buf, ranking=order, scores=scores.astype(np.float32),
+                     top_k=order[:k])  # fmt: skip
+            headers = {"X-Model": model, "X-Model-Version": version, "X-Cache": cache,
+                       "X-Graph-ID": gid, "Content-Type": "application/x-npz"}  # fmt: skip
+            return httpx.Response(200, content=buf.getvalue(), headers=headers)
+        ranking = order.tolist()
+        body = {"model": model, "model_version": version, "graph_id": gid,
+                "cache": cache, "ranking": ranking, "scores": scores.tolist(),
                 "top_k": ranking[:k]}  # fmt: skip
         return httpx.Response(200, json=body)
 

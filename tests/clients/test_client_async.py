@@ -30,7 +30,7 @@ def fake_client(
     )
 
 
-async def test_rank_uploads_then_ranks_and_retries_503(
+async def test_rank_sends_the_graph_inline_then_by_id_and_retries_503(
     fake: FakeService, sleeps: Sleeps, layout_sample: Sample
 ) -> None:
     fake.script = [error(503, "overloaded", retry_after="3")]
@@ -40,11 +40,14 @@ async def test_rank_uploads_then_ranks_and_retries_503(
         )
         again = await client.rank("layout", layout_sample, layout_sample.configs[:20])
     assert sleeps == [3.0]
-    assert (
-        fake.paths()
-        == ["POST /v1/rank"] * 2 + ["PUT /v1/graphs"] + ["POST /v1/rank"] * 2
-    )
+    assert fake.paths() == ["POST /v1/rank"] * 3  # inline, inline again, by id
+    assert [r.url.params.get("graph_id") for r in fake.requests] == [
+        None,
+        None,
+        result.graph_id,
+    ]
     assert result.uploaded and len(result.top_k) == 2 and not again.uploaded
+    assert (result.cache, again.cache) == ("miss", "memory")
 
 
 async def test_session_pins_and_feedback(

@@ -81,7 +81,7 @@ async def test_rank_a_jax_program_from_its_text(
         {},
     ]
     result = await client.rank("layout", Hlo(text), configs, top_k=2)
-    assert result.uploaded and result.cache == "memory"  # embedded by the upload
+    assert result.uploaded and result.cache == "miss"  # sent inline, encoded now
     assert sorted(result.ranking) == [0, 1, 2] and len(result.top_k) == 2
     # The service featurizes the same text to the same id, and finds it cached.
     answer = await raw_http.put(

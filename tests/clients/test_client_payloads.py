@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from clients import InvalidRequest, prepare_graph
-from clients.payloads import config_array, configs_npz
+from clients.payloads import config_array, configs_npz, savez_bytes
 from tpugraphs.arrays import Sample
 from tpugraphs.graph_id import graph_id
 
@@ -104,3 +105,53 @@ def test_bad_inputs_name_the_field(tmp_path: Path, tile_sample: Sample) -> None:
     with pytest.raises(InvalidRequest) as info:
         config_array(np.full((2, 24), np.nan), prepare_graph(tile_sample))
     assert info.value.field == "config_feat"
+
+
+def test_layout_configs_go_as_int8_only_when_lossless(layout_sample: Sample) -> None:
+    layout = prepare_graph(layout_sample)
+    rows = config_array(layout_sample.configs[:4], layout)
+    for value in (128.0, -129.0, 300.0, 1e10, -0.5, 2.5, np.nan, np.inf):
+        odd = rows.copy()
+        odd[1, 2, 3] = value
+        with np.load(io.BytesIO(configs_npz(odd, layout))) as d:
+            sent = d["node_config_feat"]
+        assert sent.dtype == np.float32
+        np.testing.assert_array_equal(sent, odd)
+    edges = rows.copy()
+    edges[0, 0, :2] = (-128.0, 127.0)
+    with np.load(io.BytesIO(configs_npz(edges, layout))) as d:
+        assert d["node_config_feat"].dtype == np.int8
+        assert np.array_equal(d["node_config_feat"], edges)
+
+
+def test_savez_bytes_is_what_np_load_reads(layout_sample: Sample) -> None:
+    g = layout_sample.graph
+    arrays = {
+        "node_feat": g.node_feat,
+        "node_config_ids": g.node_config_ids,
+        "fortran": np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4)),
+        "strided": np.arange(10, dtype=">i8")[::3],
+        "empty": np.zeros((0, 18), np.int8),
+        "scalar": np.asarray(3.5, np.float32),
+    }
+    reference = io.BytesIO()
+    np.savez(reference, **arrays)  # type: ignore[arg-type]
+    reference.seek(0)
+    body = savez_bytes(arrays)
+    with np.load(io.BytesIO(body)) as ours, np.load(reference) as theirs:
+        assert ours.files == theirs.files == list(arrays)
+        for key in arrays:
+            assert ours[key].dtype == theirs[key].dtype
+            assert ours[key].shape == theirs[key].shape
+            np.testing.assert_array_equal(ours[key], theirs[key])
+
+
+def test_graph_id_hashes_the_documented_bytes_of_any_layout() -> None:
+    feat = np.arange(2 * 140 * 2, dtype=np.float64).reshape(2, 280)[:, ::2]
+    ops = np.array([63, 2], ">i4")
+    edges = np.asfortranarray(np.array([[1, 0], [0, 1]], np.int32))
+    h = hashlib.sha256(b"costmodel-graph-v1\n")
+    h.update(b"node_feat\n<f4\n2,140\n" + feat.astype("<f4").tobytes())
+    h.update(b"node_opcode\n|u1\n2\n" + ops.astype("|u1").tobytes())
+    h.update(b"edge_index\n<i8\n2,2\n" + edges.astype("<i8").tobytes(order="C"))
+    assert graph_id(feat, ops, edges) == h.hexdigest()

@@ -34,21 +34,47 @@ from clients import (
 from tpugraphs.arrays import Sample
 
 
-def test_rank_uploads_unknown_graph_once_then_ranks_by_id(
+def test_rank_sends_an_unknown_graph_inline_once_then_ranks_by_id(
     client: CostModelClient, fake: FakeService, tile_sample: Sample
 ) -> None:
     first = client.rank("tile", tile_sample, tile_sample.configs, top_k=5)
-    assert fake.paths() == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    assert fake.paths() == ["POST /v1/rank"]  # one request: the graph goes inline
+    assert "graph_id" not in fake.requests[0].url.params
     assert first.uploaded and not first.degraded
     scores = tile_sample.configs.sum(axis=1)
     assert list(first.ranking) == np.argsort(scores, kind="stable").tolist()
     assert first.top_k == first.ranking[:5]
     assert first.scores is not None and np.allclose(first.scores, scores)
-    assert (first.model_version, first.cache) == ("1", "memory")
+    assert (first.model_version, first.cache) == ("1", "miss")  # encoded just now
 
     second = client.rank("tile", tile_sample, tile_sample.configs)
-    assert fake.paths()[3:] == ["POST /v1/rank"]
+    assert fake.paths()[1:] == ["POST /v1/rank"]
+    assert fake.requests[1].url.params["graph_id"] == first.graph_id
     assert not second.uploaded and second.ranking == first.ranking
+    assert second.cache == "memory"
+
+
+def test_a_new_client_sends_the_graph_inline_even_if_the_service_has_it(
+    fake: FakeService, sleeps: Sleeps, tile_sample: Sample
+) -> None:
+    for cache in ("miss", "memory"):
+        with CostModelClient(transport=httpx.MockTransport(fake), sleep=sleeps) as c:
+            result = c.rank("tile", tile_sample, tile_sample.configs)
+        assert result.uploaded and result.cache == cache
+    assert fake.paths() == ["POST /v1/rank"] * 2
+
+
+def test_a_lost_graph_is_uploaded_and_ranked_again_by_id(
+    client: CostModelClient, fake: FakeService, tile_sample: Sample
+) -> None:
+    first = client.rank("tile", tile_sample, tile_sample.configs)
+    fake.graphs.clear()  # the service evicted it, or restarted
+    again = client.rank("tile", tile_sample, tile_sample.configs)
+    assert fake.paths()[1:] == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    ranks = (fake.requests[1], fake.requests[3])
+    assert all(r.url.params["graph_id"] == first.graph_id for r in ranks)
+    assert again.uploaded and again.cache == "memory"  # embedded by the upload
+    assert again.ranking == first.ranking
 
 
 def test_rank_sends_binary_configs_and_ids_in_the_query(
@@ -58,30 +84,61 @@ def test_rank_sends_binary_configs_and_ids_in_the_query(
     layout_sample: Sample,
 ) -> None:
     client.rank("tile", tile_sample, tile_sample.configs, top_k=3)
+    client.rank("tile", tile_sample, tile_sample.configs, top_k=3)
     client.rank("layout", layout_sample, layout_sample.configs[:50])
-    tile_rank, layout_rank = fake.requests[2], fake.requests[-1]
+    inline, by_id, layout_rank = fake.requests
     gid = prepare_graph(tile_sample).graph_id
-    assert dict(tile_rank.url.params) == {
-        "model": "tile",
-        "graph_id": gid,
-        "top_k": "3",
-    }
-    assert tile_rank.headers["content-type"] == "application/x-npz"
-    with np.load(io.BytesIO(tile_rank.content)) as data:
+    assert dict(inline.url.params) == {"model": "tile", "top_k": "3"}
+    assert dict(by_id.url.params) == {"model": "tile", "graph_id": gid, "top_k": "3"}
+    assert by_id.headers["content-type"] == "application/x-npz"
+    with np.load(io.BytesIO(inline.content)) as data:
+        assert set(data.files) == {"node_feat", "node_opcode", "edge_index",
+                                   "config_feat"}  # fmt: skip
+        assert np.array_equal(data["node_feat"], tile_sample.graph.node_feat)
+    with np.load(io.BytesIO(by_id.content)) as data:
+        assert data.files == ["config_feat"]
         assert data["config_feat"].dtype == np.float32
     with np.load(io.BytesIO(layout_rank.content)) as data:
         sent = data["node_config_feat"]
+        assert np.array_equal(
+            data["node_config_ids"], layout_sample.graph.node_config_ids
+        )
     # layout configs are small ints: sent as int8, a quarter of the float32 bytes
     assert sent.dtype == np.int8 and np.array_equal(sent, layout_sample.configs[:50])
+
+
+def test_large_batches_ask_for_an_npz_answer(
+    client: CostModelClient, fake: FakeService, tile_sample: Sample
+) -> None:
+    rows = np.resize(tile_sample.configs, (1000, 24))
+    rows[:, 0] += np.arange(1000) % 7  # some ties, some not
+    small = client.rank("tile", tile_sample, rows[:999], top_k=4)
+    large = client.rank("tile", tile_sample, rows, top_k=4)
+    json_answer, npz_answer = fake.requests
+    assert json_answer.headers["accept"] == "application/json"
+    assert npz_answer.headers["accept"] == "application/x-npz"
+    scores = rows.sum(axis=1, dtype=np.float64)
+    assert list(large.ranking) == np.argsort(scores, kind="stable").tolist()
+    assert list(small.ranking) == np.argsort(scores[:999], kind="stable").tolist()
+    assert large.top_k == large.ranking[:4] and small.scores == large.scores[:999]
+    assert large.scores is not None
+    assert np.array_equal(large.scores, scores.astype(np.float32))
+    assert (large.model, large.model_version, large.cache) == ("tile", "1", "memory")
+    assert (large.graph_id, large.uploaded) == (small.graph_id, False)
 
 
 def test_graph_not_found_twice_is_raised_not_looped(
     client: CostModelClient, fake: FakeService, tile_sample: Sample
 ) -> None:
+    client.rank("tile", tile_sample, tile_sample.configs)  # known from now on
     fake.graphs = _ForgetfulDict()
     with pytest.raises(GraphNotFound):
         client.rank("tile", tile_sample, tile_sample.configs)
-    assert fake.paths() == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    assert fake.paths()[1:] == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    # The id the service lost is no longer trusted: the next rank sends the graph.
+    assert client.rank("tile", tile_sample, tile_sample.configs).uploaded
+    assert fake.paths()[4:] == ["POST /v1/rank"]
+    assert "graph_id" not in fake.requests[4].url.params
 
 
 class _ForgetfulDict(dict):  # type: ignore[type-arg]
@@ -89,6 +146,19 @@ class _ForgetfulDict(dict):  # type: ignore[type-arg]
 
     def __setitem__(self, key: object, value: object) -> None:
         pass
+
+
+def test_an_inline_body_too_large_falls_back_to_upload_then_rank_by_id(
+    client: CostModelClient, fake: FakeService, tile_sample: Sample
+) -> None:
+    fake.script = [error(413, "payload_too_large", "body larger than 1024 bytes")]
+    result = client.rank("tile", tile_sample, tile_sample.configs)
+    assert fake.paths() == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    assert "graph_id" in fake.requests[2].url.params
+    assert result.uploaded and result.cache == "memory"
+    fake.script = [error(413, "payload_too_large", "configs too large")]
+    with pytest.raises(InvalidRequest, match="configs too large"):  # by id: raised
+        client.rank("tile", tile_sample, tile_sample.configs)
 
 
 def test_503_retry_after_is_honoured(

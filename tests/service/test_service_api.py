@@ -14,6 +14,7 @@ import pytest
 from servicekit import NPZ, UNET, AppClient, graph_json, graph_npz, metric, npz_bytes
 
 from costmodel.runner import ArtifactRunner
+from service.schemas import RankOut
 from tpugraphs.arrays import Sample
 from tpugraphs.graph_id import graph_id
 
@@ -92,6 +93,27 @@ async def test_inline_graph_top_k_and_deterministic_ties(
     body["top_k"] = 1000  # more than there are configs: all of them
     again = (await client.post("/v1/rank", json=body)).json()
     assert again["cache"] == "memory" and again["top_k"] == ranking
+
+
+async def test_json_answer_is_the_schema_serialized(
+    client: httpx.AsyncClient, kernel: Sample
+) -> None:
+    """Built without ``RankOut`` validation, the answer is still exactly what the
+    schema would serialize, field order included; many configs take the keyed sort."""
+    rows = np.resize(kernel.configs, (3000, 24))  # ties: each row 5+ times
+    body = {"model": "tile", "graph": graph_json(kernel), "configs": rows.tolist()}
+    r = await client.post("/v1/rank", json=body)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert (
+        RankOut.model_validate_json(r.content).model_dump_json().encode() == r.content
+    )
+    out = r.json()
+    assert out["ranking"] == np.argsort(out["scores"], kind="stable").tolist()
+    assert out["top_k"] == out["ranking"]
+    body["top_k"] = 2
+    assert (await client.post("/v1/rank", json=body)).json()["top_k"] == out["ranking"][
+        :2
+    ]
 
 
 async def test_compact_dtypes_and_npz_answers(

@@ -15,6 +15,7 @@ from costmodel.runner import ArtifactRunner, SessionOptions
 from service.core import blob
 from service.core.cache import CacheKey, EmbeddingCache
 from service.core.memory import MemoryLRU, embedding_nbytes
+from service.core.ranker import KEYED_SORT_MIN, stable_order
 from service.core.redis_store import RedisStore, StoreUnavailable, connect
 from service.core.registry import ModelRegistry
 from service.errors import ModelNotFound, ReloadFailed, VersionNotLoaded
@@ -235,3 +236,21 @@ def test_warm_runner_matches_a_fresh_runner(model_dir: Path, unet: Any) -> None:
     b = ArtifactRunner(model_dir / "layout" / "1")
     ea, eb = a.encode(unet.graph), b.encode(unet.graph)
     np.testing.assert_array_equal(a.score(ea, unet.configs), b.score(eb, unet.configs))
+
+
+@pytest.mark.parametrize("n", [1, 7, KEYED_SORT_MIN - 1, KEYED_SORT_MIN, 10_000])
+def test_stable_order_is_numpys_stable_argsort(n: int) -> None:
+    rng = np.random.default_rng(n)
+    special = np.array(
+        [0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 3e38, -3e38, 1e-45,
+         -1e-45],
+        np.float32,
+    )  # fmt: skip
+    for scores in (
+        rng.normal(size=n).astype(np.float32),
+        np.round(rng.normal(size=n), 1).astype(np.float32),  # many ties
+        rng.choice(special, n),
+    ):
+        order = stable_order(scores)
+        assert order.dtype == np.int64
+        np.testing.assert_array_equal(order, np.argsort(scores, kind="stable"))
