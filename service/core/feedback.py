@@ -87,7 +87,7 @@ class FeedbackEntry:
     model_version: str
     graph_id: str
     config_indices: Sequence[int] | None
-    configs: npt.NDArray[np.float32]
+    configs: np.ndarray[Any, Any]  # as sent: float32 or a compact integer dtype
     runtimes_ns: npt.NDArray[np.int64]
     scores: npt.NDArray[np.float32]
     quality: Quality = field(default_factory=Quality)
@@ -111,7 +111,7 @@ class FeedbackEntry:
         return (text + "\n").encode()
 
 
-def _compact(configs: npt.NDArray[np.float32]) -> list[Any]:
+def _compact(configs: np.ndarray[Any, Any]) -> list[Any]:
     """Nested lists; integers where every value is integral (config features are)."""
     if np.array_equal(configs, np.round(configs)):
         return list(configs.astype(np.int64).tolist())

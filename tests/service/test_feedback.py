@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -359,3 +360,27 @@ async def test_openapi_documents_the_route(fb: httpx.AsyncClient) -> None:
     schemas = spec["components"]["schemas"]
     assert {"FeedbackIn", "FeedbackOut"} <= set(schemas)
     assert schemas["FeedbackIn"]["examples"] and schemas["FeedbackOut"]["examples"]
+
+
+async def test_config_indices_after_a_compact_layout_batch(
+    fb: httpx.AsyncClient, feedback_dir: Path, small_layout: Sample
+) -> None:
+    """An int8 npz batch is remembered as sent and stored as the integers it holds."""
+    gid = await upload(fb, "layout", small_layout)
+    configs = small_layout.configs[:20].astype(np.int8)
+    buf = io.BytesIO()
+    np.savez(buf, node_config_feat=configs)
+    r = await fb.post(
+        f"/v1/rank?model=layout&graph_id={gid}",
+        content=buf.getvalue(),
+        headers={"Content-Type": "application/x-npz"},
+    )
+    assert r.status_code == 200, r.text
+    scores = np.asarray(r.json()["scores"])
+    body = {"model": "layout", "graph_id": gid, "config_indices": [4, 19],
+            "runtimes_ns": [200, 100]}  # fmt: skip
+    r = await fb.post("/v1/feedback", json=body)
+    assert r.status_code == 200, r.text
+    [line] = lines(feedback_dir)
+    assert line["configs"] == configs[[4, 19]].astype(np.int64).tolist()
+    assert line["scores"] == scores[[4, 19]].tolist()
