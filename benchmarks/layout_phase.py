@@ -36,6 +36,7 @@ class LayoutRound:
     configs: F32
     batch: int
     tiers: dict[str, dict[str, int]] = field(default_factory=dict)  # label: tier: n
+    last_tier: str = ""
     _starts: itertools.cycle[int] | None = None
 
     def next_batch(self) -> F32:
@@ -57,6 +58,7 @@ class LayoutRound:
         tier = f"{result.cache}+upload" if result.uploaded else str(result.cache)
         counts = self.tiers.setdefault(label, {})
         counts[tier] = counts.get(tier, 0) + 1
+        self.last_tier = tier
 
 
 def cold(
@@ -95,6 +97,18 @@ def all_configs(round_: LayoutRound, budget: Budget) -> Timings:
     )
 
 
-def redis_hits(round_: LayoutRound, budget: Budget) -> Timings:
-    """On a server with no in-process cache, whose Redis already holds the embedding."""
-    return time_calls(lambda: round_.rank("redis"), budget.repeats, budget.seconds)
+def redis_hits(round_: LayoutRound, budget: Budget, tries: int = 3) -> Timings:
+    """On a server with no in-process cache, whose Redis already holds the embedding.
+
+    Untimed first: this client's first rank carries the graph inline. Redis is
+    best-effort (a write that outlasts the service's short Redis timeout on a loaded
+    machine is dropped), so the warm-up repeats, at most ``tries`` times, until the
+    embedding is read back from Redis; only then are Redis hits timed.
+    """
+    for _ in range(tries):
+        round_.rank("redis warm-up")
+        if round_.last_tier.startswith("redis"):
+            break
+    return time_calls(
+        lambda: round_.rank("redis"), budget.repeats, budget.seconds, warmup=0
+    )

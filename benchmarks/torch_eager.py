@@ -2,10 +2,11 @@
 run instead of the service. torch is imported only inside these functions, so the
 harness works (and reports null) where torch is not installed.
 
-The weights come from the training checkpoint ``models.train`` saves: beside the
-exported ONNX files if it ships there, else where ``make train`` leaves it
-(``runs/shipped/<name>/``). The phase checks that eager and onnxruntime scores agree on
-the timed batch, and reports nothing for a checkpoint of another model.
+The weights come from the artifact's PyTorch checkpoint: beside its ONNX files if it was
+written there (``costmodel train --out``), else the one ``make train`` ships with the repo,
+``models/checkpoints/<name>/<version>/checkpoint.pt``, so a fresh clone has it. The phase
+checks that eager and onnxruntime scores agree on the timed batch, and reports nothing
+for a checkpoint of another model.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tpugraphs.arrays import Graph
 CHECKPOINT = (
     "checkpoint.pt"  # models.train.CHECKPOINT, named here to avoid importing torch
 )
-RUNS = Path(__file__).resolve().parents[1] / "runs" / "shipped"
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
 SAME_MODEL_ATOL = 1e-3  # float32 eager vs onnxruntime (folded weights) on raw scores
 
 
@@ -51,8 +52,9 @@ def torch_available() -> bool:
 
 
 def checkpoint_path(artifact_dir: Path) -> Path | None:
-    name = artifact_dir.parent.name
-    for path in (artifact_dir / CHECKPOINT, RUNS / name / CHECKPOINT):
+    """The checkpoint of ``<model_dir>/<name>/<version>``, or None."""
+    shipped = CHECKPOINTS / artifact_dir.parent.name / artifact_dir.name
+    for path in (artifact_dir / CHECKPOINT, shipped / CHECKPOINT):
         if path.is_file():
             return path
     return None
@@ -72,7 +74,8 @@ def tile_scorer(
         return EagerResult(None, "torch is not installed")
     path = checkpoint_path(artifact_dir)
     if path is None:
-        return EagerResult(None, f"no {CHECKPOINT} in {artifact_dir} or {RUNS}")
+        shipped = CHECKPOINTS / artifact_dir.parent.name / artifact_dir.name
+        return EagerResult(None, f"no {CHECKPOINT} in {artifact_dir} or {shipped}")
     import torch
 
     model = load_model(path)

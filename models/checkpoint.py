@@ -1,4 +1,10 @@
-"""Checkpoints: a trained model plus its training summary, for ``export`` to re-export."""
+"""Checkpoints: a trained model plus its training summary, for ``export`` to re-export
+and for PyTorch users (the benchmark's eager phase) to load the served weights.
+
+A checkpoint holds tensors and plain data only (no pickled classes), so it loads with
+``torch.load(weights_only=True)``. ``make train`` ships one per artifact at
+``models/checkpoints/<name>/<version>/checkpoint.pt``.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +19,15 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def save_checkpoint(result: TrainResult, out_dir: Path) -> Path:
-    """Write ``out_dir/checkpoint.pt`` (tensors and plain data only)."""
+    """Write ``out_dir/checkpoint.pt`` (tensors and plain data only). The training
+    summary's wall-clock ``seconds`` is left out, so the same training run writes the
+    same bytes (a re-run of ``make train`` leaves the committed file unchanged)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / CHECKPOINT
     blob = {
         "model_config": result.model.cfg.to_dict(),
         "state_dict": result.model.state_dict(),
-        "training": result.summary,
+        "training": {k: v for k, v in result.summary.items() if k != "seconds"},
         "valid_metrics": result.valid_metrics,
     }
     torch.save(blob, path)

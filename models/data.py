@@ -8,8 +8,10 @@
 * **Ranking.** Graphs with fewer than 2 distinct configs carry no pair to rank and are
   dropped from training (``Example.rankable``).
 * **Statistics** come from the training partition only: node features and tile configs
-  are compared after ``sign(x) * log1p(|x|)``, layout configs (small dimension indices)
-  raw. Columns constant over training get std 0, which the network masks.
+  are compared after a log (``feature_log``: ``sign(x) * log1p(|x|)`` for the node
+  columns that may be negative, ``log1p(max(x, 0))`` for the rest), layout configs (small
+  dimension indices) raw. Columns constant over training get std 0, which the network
+  masks.
 * **Streaming.** Files are read one at a time; ``ExampleStore`` keeps examples in
   memory up to a byte budget and re-reads the files each epoch beyond it.
 * **Default hold-out.** Without ``--valid`` files, ``holdout_split`` sends the files whose
@@ -191,10 +193,27 @@ class _Moments:
         return mean, std
 
 
+# Node feature columns that can be negative in valid HLO (FORMAT.md): window padding
+# low and high (dims, sum, product; XLA allows negative padding) and pad's edge padding
+# low and high (first 2, sum, product). Every other node feature, and every tile config
+# value, is a size, count, index or flag: never negative.
+SIGNED_NODE_COLUMNS: tuple[int, ...] = (*range(53, 69), *range(125, 133))
+
+
 def signed_log(x: npt.NDArray[np.floating]) -> F64:
-    """numpy twin of ``network.signed_log`` (the statistics must see what the net sees)."""
+    """numpy twin of ``network.signed_log``."""
     x64 = np.asarray(x, np.float64)
     return np.sign(x64) * np.log1p(np.abs(x64))
+
+
+def feature_log(x: npt.NDArray[np.floating], signed: Sequence[int] = ()) -> F64:
+    """numpy twin of a log ``network.NormLinear`` (the statistics must see what the net
+    sees): ``signed_log`` on the columns ``signed``, ``log1p(max(x, 0))`` elsewhere."""
+    x64 = np.asarray(x, np.float64)
+    out = np.log1p(np.maximum(x64, 0.0))
+    cols = list(signed)
+    out[..., cols] = signed_log(x64[..., cols])
+    return out
 
 
 def feature_stats(examples: Iterable[Example], collection: Collection) -> FeatureStats:
@@ -208,10 +227,10 @@ def feature_stats(examples: Iterable[Example], collection: Collection) -> Featur
             config = _Moments(ex.configs.shape[-1])
             first = False
         graphs += 1
-        node.add(signed_log(ex.graph.node_feat))
+        node.add(feature_log(ex.graph.node_feat, SIGNED_NODE_COLUMNS))
         rows = ex.configs.reshape(-1, ex.configs.shape[-1])
         config.add(
-            signed_log(rows) if collection == "tile" else rows.astype(np.float64)
+            feature_log(rows) if collection == "tile" else rows.astype(np.float64)
         )
     if first:
         raise ValueError(

@@ -93,6 +93,13 @@ def _export(module: torch.nn.Module, names_in: list[str], names_out: list[str],
         )  # fmt: skip
     assert program is not None
     program.save(str(path), external_data=False)
+    # The exporter tags every node with its Python stack trace and FX node: a fifth of
+    # the file, and it would change the artifact's bytes with any edit of the model's
+    # source. The graph itself is all the service needs.
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        del node.metadata_props[:]
+    onnx.save(model, str(path))
     onnx.checker.check_model(str(path), full_check=True)
 
 

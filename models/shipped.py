@@ -19,15 +19,24 @@
   and keeps the last; ``npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz`` is never
   trained on, only measured (the settings were chosen on it from a small grid). The
   converted ``module_tuning_data_layout`` file is that same graph and is never used.
+  With one rankable training graph, the recipe's outcome depends on the seed (held-out
+  Kendall tau from below 0 to 0.09 over 10 seeds; so does a change that only reorders
+  float sums), so ``LAYOUT_SEEDS`` seeds are trained and the **median** by held-out tau
+  is shipped: a typical model of the recipe, not its luckiest draw. The manifest
+  lists every seed's tau.
 
 Runs are single-threaded and seeded, so two runs give the same metrics.
-Artifacts go to ``models/artifacts/<name>/<version>/``; checkpoints and epoch logs to
-``runs/shipped/<name>/`` (not committed).
+Artifacts go to ``models/artifacts/<name>/<version>/`` and the PyTorch checkpoint of each
+(the same weights, ~0.3 MB, for eager use: ``benchmarks.torch_eager``) to
+``models/checkpoints/<name>/<version>/checkpoint.pt``, both committed; epoch logs and the
+cross-validation folds to ``runs/shipped/<name>/`` (not committed).
 """
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -45,6 +54,7 @@ LAYOUT_TRAIN = ["npz/layout/xla/default/train/unet3d.npz",
 LAYOUT_VALID = ["npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"]
 TILE_EPOCHS = 10
 LAYOUT_EPOCHS = 25
+LAYOUT_SEEDS = 5  # seeds seed..seed+4; odd, so the median is one of them
 
 
 def tile_files(shared: Path) -> tuple[list[Path], list[Path]]:
@@ -79,8 +89,8 @@ def layout_config(seed: int, epochs: int) -> TrainConfig:
                        model=ModelConfig("layout"))  # fmt: skip
 
 
-def build_tile(shared: Path, artifact: Path, runs: Path, cfg: TrainConfig,
-               console: Console) -> Manifest:  # fmt: skip
+def build_tile(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
+               cfg: TrainConfig, console: Console) -> Manifest:  # fmt: skip
     """Cross-validate the recipe, then train on every file and export with CV metrics."""
     from models.checkpoint import save_checkpoint
     from models.crossval import cross_validate
@@ -92,7 +102,7 @@ def build_tile(shared: Path, artifact: Path, runs: Path, cfg: TrainConfig,
     cv = cross_validate(files, rankable, cfg, runs / "cv")
     console.print(f"tile: training on all {len(files)} files")
     result = fit(files, [], cfg, runs, console)
-    save_checkpoint(result, runs)
+    save_checkpoint(result, checkpoint)
     manifest = export_artifact(result, artifact, name="tile", version=artifact.name)
     described = {k: cv[k] for k in ("method", "folds", "epochs", "seed", "scored_by")}
     described["note"] = ("each kernel scored by a model trained with this recipe on "
@@ -102,22 +112,39 @@ def build_tile(shared: Path, artifact: Path, runs: Path, cfg: TrainConfig,
     return _rewrite_metrics(artifact, manifest, metrics)
 
 
-def build_layout(shared: Path, artifact: Path, runs: Path, cfg: TrainConfig,
-                 console: Console) -> Manifest:  # fmt: skip
-    """Train a fixed number of epochs on the train graphs; measure the valid graph."""
+def build_layout(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
+                 cfg: TrainConfig, console: Console) -> Manifest:  # fmt: skip
+    """Train a fixed number of epochs on the train graphs, once per seed; ship the
+    median seed by held-out tau and measure it on the valid graph."""
     from models.checkpoint import save_checkpoint
     from models.export import export_artifact
     from models.train import fit
 
     train = [shared / p for p in LAYOUT_TRAIN]
     valid = [shared / p for p in LAYOUT_VALID]
-    result = fit(train, valid, cfg, runs, console)
-    save_checkpoint(result, runs)
-    manifest = export_artifact(result, artifact, name="layout", version=artifact.name)
+    taus: dict[int, float | None] = {}
+    results = {}
+    for seed in range(cfg.seed, cfg.seed + LAYOUT_SEEDS):
+        console.print(f"layout: seed {seed}")
+        result = fit(
+            train, valid, replace(cfg, seed=seed), runs / f"seed{seed}", console
+        )
+        results[seed] = result
+        taus[seed] = result.valid_metrics.get("kendall_tau")
+    missing = -math.inf  # a seed whose tau is undefined ranks lowest
+    ranked = sorted(taus, key=lambda s: (missing if taus[s] is None else taus[s], s))
+    kept = ranked[LAYOUT_SEEDS // 2]
+    save_checkpoint(results[kept], checkpoint)
+    manifest = export_artifact(
+        results[kept], artifact, name="layout", version=artifact.name
+    )
     described = {"method": "held-out graph", "files": [str(p) for p in valid],
-                 "epochs": cfg.epochs, "early_stopping": False, "seed": cfg.seed,
+                 "epochs": cfg.epochs, "early_stopping": False, "seed": kept,
+                 "seeds_tau": {str(s): t and round(t, 4) for s, t in taus.items()},
                  "scored_by": "onnxruntime",
-                 "note": "last epoch kept; settings chosen on this graph (small grid)"}  # fmt: skip
+                 "note": "last epoch kept; of the seeds, the median by tau over the "
+                         "graph's distinct configs (seeds_tau, PyTorch); settings "
+                         "chosen on this graph (small grid)"}  # fmt: skip
     return _rewrite_metrics(
         artifact, manifest, {**manifest.metrics, "validation": described}
     )
@@ -138,7 +165,10 @@ def run(
     out: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO
     / "models"
     / "artifacts",
-    runs: Annotated[Path, typer.Option(help="Checkpoints and logs.")] = REPO
+    checkpoints: Annotated[
+        Path, typer.Option(help="PyTorch checkpoints to write (same layout).")
+    ] = REPO / "models" / "checkpoints",
+    runs: Annotated[Path, typer.Option(help="Epoch logs and CV folds.")] = REPO
     / "runs"
     / "shipped",
     version: str = "1",
@@ -147,6 +177,7 @@ def run(
     layout_epochs: int = LAYOUT_EPOCHS,
 ) -> None:
     """Train and export both shipped models, then print their metrics vs baselines."""
+    from models.checkpoint import CHECKPOINT
     from models.crossval import format_rows
     from models.evaluate import format_table
 
@@ -159,10 +190,13 @@ def run(
               "layout": (build_layout, layout_config(seed, layout_epochs))}  # fmt: skip
     for name, (build, cfg) in builds.items():
         console.rule(name)
-        artifact = out / name / version
-        manifest = build(shared, artifact, runs / name, cfg, console)
+        artifact, checkpoint = out / name / version, checkpoints / name / version
+        manifest = build(shared, artifact, checkpoint, runs / name, cfg, console)
         size = sum(f.stat().st_size for f in artifact.iterdir())
-        console.print(f"{artifact}: {size / 1e3:.0f} kB")
+        ckpt = (checkpoint / CHECKPOINT).stat().st_size
+        console.print(
+            f"{artifact}: {size / 1e3:.0f} kB, checkpoint {ckpt / 1e3:.0f} kB"
+        )
         method = manifest.metrics["validation"]["method"]
         tables.append(f"{name} ({method})\n" + format_table(manifest.metrics))
         if name == "tile":

@@ -74,9 +74,16 @@ def test_smoke_run_prints_every_figure_and_stops_its_servers(
         assert isinstance(value, int | float) and not isinstance(value, bool), key
     assert figures["cpu_count"] == os.cpu_count() and figures["mode"] == "smoke"
     assert figures["load_requests"] > 0
-    # The Redis phase's untimed warm-up sends the graph inline once; then Redis hits.
-    assert figures["layout_cache_tiers"]["redis"]["redis+upload"] == 1
-    assert set(figures["layout_cache_tiers"]["redis"]) == {"redis", "redis+upload"}
+    # The Redis phase's untimed warm-up sends the graph inline (Redis may have dropped
+    # a slow write: then the warm-up is a miss and refills it); every timed call hits.
+    tiers = figures["layout_cache_tiers"]
+    assert set(tiers["redis warm-up"]) <= {
+        "redis+upload",
+        "miss+upload",
+        "redis",
+        "miss",
+    }
+    assert set(tiers["redis"]) == {"redis"}
     # A graph the client has not seen travels inline with the first rank: a miss.
     assert set(figures["layout_cache_tiers"]["cold"]) == {"miss+upload"}
     assert Path(figures["plot"]).is_file() and (tmp_path / "bench_smoke.json").is_file()

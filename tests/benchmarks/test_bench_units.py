@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.data import fresh_copy, synth_tile_configs, tile_workload
+from benchmarks.data import REPO, fresh_copy, synth_tile_configs, tile_workload
 from benchmarks.inproc import take_rows
 from benchmarks.plan import FULL, PLANS, QUICK
 from benchmarks.report import KEYS, add_ratios, missing_keys
@@ -110,7 +110,7 @@ def test_torch_phase_without_a_checkpoint_says_why(
     from benchmarks import torch_eager
     from benchmarks.inproc import Budget
 
-    monkeypatch.setattr(torch_eager, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(torch_eager, "CHECKPOINTS", tmp_path / "checkpoints")
     graph = tile_workload(pool=1, root=shared_data).main.graph
     configs = np.zeros((4, 24), np.float32)
     result = torch_eager.tile_scorer(
@@ -174,3 +174,25 @@ def test_a_process_that_cannot_start_is_reported_with_its_log(tmp_path: Path) ->
 
     with pytest.raises(ProcessError, match="cannot bind"):
         Broken(tmp_path).start()
+
+
+def test_torch_phase_finds_the_shipped_checkpoint_of_the_served_model(
+    shared_data: Path,
+) -> None:
+    """A fresh clone times eager PyTorch: the checkpoint ships beside the artifacts."""
+    from benchmarks import torch_eager
+    from benchmarks.inproc import Budget, open_runner
+
+    artifact = REPO / "models" / "artifacts" / "tile" / "1"
+    assert torch_eager.checkpoint_path(artifact) == (
+        REPO / "models" / "checkpoints" / "tile" / "1" / "checkpoint.pt"
+    )
+    workload = tile_workload(pool=256, root=shared_data)
+    runner = open_runner(artifact, 1)
+    configs = workload.main_configs
+    scores = runner.score(runner.encode(workload.main.graph), configs)
+    result = torch_eager.tile_scorer(
+        artifact, workload.main.graph, configs, scores, Budget(2, 1.0), 1
+    )
+    assert result.timings is not None, result.note
+    assert result.max_abs_diff is not None and result.max_abs_diff < 1e-3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from modelkit import FUSION_191, NLP_TEST, UNET_VALID
 
 from costmodel.manifest import read_manifest
 from costmodel.runner import ArtifactRunner
+from models.data import SIGNED_NODE_COLUMNS
 from models.train import graph_tensors
 from tpugraphs.arrays import make_graph
 from tpugraphs.reader import load_npz
@@ -80,6 +82,23 @@ def test_layout_matches_pytorch_on_the_21918_node_nlp_graph(
     layout_artifact, shared_data
 ) -> None:  # type: ignore[no-untyped-def]
     check_same(*layout_artifact, shared_data / NLP_TEST, n_configs=40)
+
+
+def test_negative_paddings_encode_like_pytorch(layout_artifact, shared_data) -> None:  # type: ignore[no-untyped-def]
+    """Padding columns may be negative (a pad that crops): the exported signed log
+    matches PyTorch's on them too."""
+    result, artifact = layout_artifact
+    assert result.model.encoder.gnn.node_in.signed_cols.numel() > 0
+    sample = load_npz(shared_data / UNET_VALID)
+    feat = sample.graph.node_feat.copy()
+    feat[::2, list(SIGNED_NODE_COLUMNS)] *= -1.0
+    assert (feat < 0).any()
+    graph = dataclasses.replace(sample.graph, node_feat=feat)
+    runner = ArtifactRunner(artifact)
+    emb = runner.encode(graph)
+    want, _ = torch_outputs(result.model, graph, sample.configs[:2])
+    for name, value in zip(runner.embedding_names, want, strict=True):
+        np.testing.assert_allclose(emb[name], value, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
 @pytest.mark.parametrize("which", ["tile", "layout"])

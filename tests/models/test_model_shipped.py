@@ -1,4 +1,5 @@
-"""The shipped artifacts in the repo load as the service loads them."""
+"""The shipped artifacts in the repo load as the service loads them, and their shipped
+PyTorch checkpoints are the same models."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tpugraphs.metrics import metric_keys
 from tpugraphs.reader import load_npz
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "models" / "artifacts"
+CHECKPOINTS = ARTIFACTS.parent / "checkpoints"
 SAMPLE = {"tile": "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
           "layout": "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"}  # fmt: skip
 
@@ -52,3 +54,27 @@ def test_shipped_layout_model_never_trains_on_its_validation_graph() -> None:
     assert valid == {Path(SAMPLE["layout"]).name}
     assert not valid & {Path(f).name for f in manifest.training["data_files"]}
     assert manifest.training["train_config"]["early_stopping"] is False
+
+
+@pytest.mark.parametrize("name", ["tile", "layout"])
+def test_shipped_checkpoint_is_the_artifacts_model(
+    name: str, shared_data: Path
+) -> None:
+    """``models/checkpoints/<name>/<version>`` loads as plain data (weights_only) and
+    scores like the served ONNX artifact of the same version."""
+    import torch
+
+    from models.checkpoint import CHECKPOINT, load_checkpoint
+    from models.train import graph_tensors
+
+    version = list_versions(ARTIFACTS, name)[-1]
+    path = CHECKPOINTS / name / version / CHECKPOINT
+    assert path.stat().st_size < 1_000_000
+    model = load_checkpoint(path).model  # torch.load(weights_only=True)
+    runner = ArtifactRunner(ARTIFACTS / name / version)
+    sample = load_npz(shared_data / SAMPLE[name])
+    configs = sample.configs[:64]
+    with torch.no_grad():
+        want = model(graph_tensors(sample.graph), torch.from_numpy(configs)).numpy()
+    got = runner.score(runner.encode(sample.graph), configs)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
