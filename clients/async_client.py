@@ -159,7 +159,7 @@ class AsyncCostModelClient(ClientCore):
             attempt += 1
             try:
                 response = await self._http.send(request)
-                error = self._failure(response)
+                error = self._failure(response, call)
             except httpx.TransportError as exc:
                 error = self._transport_failure(exc, call)
             if error is None:

@@ -174,7 +174,7 @@ class CostModelClient(ClientCore):
             attempt += 1
             try:
                 response = self._http.send(request)
-                error = self._failure(response)
+                error = self._failure(response, call)
             except httpx.TransportError as exc:
                 error = self._transport_failure(exc, call)
             if error is None:

@@ -116,10 +116,14 @@ _BY_STATUS: Mapping[int, type[CostModelError]] = {
 }
 # Statuses where the same request may succeed later (500 is a bug: not retried).
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+# The subset where the service itself refused before acting (overloaded, not ready,
+# feedback log unwritable): the only ones safe to repeat for a non-idempotent call.
+# A 502/504 comes from a proxy that may have passed the request on before failing.
+NOTHING_DONE_STATUSES = frozenset({429, 503})
 
 
 def error_from_response(
-    response: httpx.Response, retry_after: float | None
+    response: httpx.Response, retry_after: float | None, idempotent: bool = True
 ) -> CostModelError:
     """Translate a non-2xx answer, reading the ``{"error": {...}}`` document if any."""
     code, message, field = _error_document(response)
@@ -133,7 +137,8 @@ def error_from_response(
         code=code,
         field=field,
         retry_after=retry_after,
-        retryable=status in RETRYABLE_STATUSES,
+        retryable=status
+        in (RETRYABLE_STATUSES if idempotent else NOTHING_DONE_STATUSES),
     )
 
 

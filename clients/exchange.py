@@ -4,8 +4,9 @@ one HTTP exchange (building the request under the deadline, judging the answer).
 Both clients hold one ``httpx.Client``/``AsyncClient`` with explicit ``Timeout`` and
 ``Limits``. The limits go into a transport the client builds itself, because httpx
 ignores ``limits=`` once a transport is given; ``transport=`` replaces it in tests.
-Each exchange is retried by ``RetryPolicy`` on connection failures, 429 and 502-504,
-honouring ``Retry-After``; every wait and every timeout phase is cut to the caller's
+Each exchange is retried by ``RetryPolicy`` on connection failures, 429 and 502-504
+(a non-idempotent one only when it never left, or on 429/503), honouring
+``Retry-After``; every wait and every timeout phase is cut to the caller's
 deadline. The operations live in ``clients.operations``, shared by both clients.
 """
 
@@ -77,11 +78,11 @@ class ClientCore:
         )
 
     @staticmethod
-    def _failure(response: httpx.Response) -> CostModelError | None:
+    def _failure(response: httpx.Response, call: Call) -> CostModelError | None:
         if response.is_success:
             return None
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        return error_from_response(response, retry_after)
+        return error_from_response(response, retry_after, call.idempotent)
 
     @staticmethod
     def _transport_failure(exc: httpx.TransportError, call: Call) -> CostModelError:

@@ -201,8 +201,7 @@ def _measurements(
     out: dict[str, Any] = {"runtimes_ns": runtimes.astype(np.int64).tolist()}
     if configs is not None:
         rows = config_array(configs, graph)
-        integral = np.array_equal(rows, np.round(rows))
-        out["configs"] = (rows.astype(np.int64) if integral else rows).tolist()
+        out["configs"] = (rows.astype(np.int64) if _exact_ints(rows) else rows).tolist()
         count = rows.shape[0]
     else:
         out["config_indices"] = [int(i) for i in config_indices or ()]
@@ -212,6 +211,18 @@ def _measurements(
             f"{count} configs but {runtimes.size} runtimes", field="runtimes_ns"
         )
     return out
+
+
+def _exact_ints(rows: np.ndarray[Any, Any]) -> bool:
+    """Whether ``astype(int64)`` loses nothing: finite, integral, below 2**53 (it
+    would wrap 1e20 to -2**63)."""
+    if rows.dtype.kind in "iub":
+        return True
+    return bool(
+        np.isfinite(rows).all()
+        and np.abs(rows).max(initial=0) < 2**53
+        and np.array_equal(rows, np.round(rows))
+    )
 
 
 def models_flow() -> Flow[list[ModelInfo]]:

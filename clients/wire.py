@@ -6,9 +6,7 @@ on anything else, so a result object is always complete and typed.
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from clients.errors import CostModelError, ProtocolError
+from clients.npz import read_npz
 from clients.payloads import NPZ
 
 JSON = "application/json"
@@ -220,9 +219,9 @@ def _int_array(body: Mapping[str, Any], key: str) -> npt.NDArray[np.int64]:
 def _npz_answer(response: httpx.Response) -> _RankAnswer:
     """``Accept: application/x-npz``: the arrays in an npz, the rest in headers."""
     try:
-        with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in ("ranking", "scores", "top_k")}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        found = read_npz(response.content)
+        arrays = {key: found[key] for key in ("ranking", "scores", "top_k")}
+    except (ProtocolError, KeyError) as exc:
         raise ProtocolError(
             f"rank answer: not an npz of ranking, scores and top_k ({exc})"
         ) from None

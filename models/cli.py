@@ -27,8 +27,9 @@ class CollectionName(StrEnum):
 
 OUT_HELP = "Artifact directory to write (its name is the version if numeric, else 1)."
 VALID_HELP = (
-    "Validation files/dirs. Default: hold out 20% of the training files, chosen by "
-    "sha256 of their names."
+    "Validation files/dirs; --data files holding the same graphs (the same paths, or "
+    "copies with the same graph id) are not trained on. Default: hold out 20% of the "
+    "labelled training graphs, chosen by sha256 of their file names."
 )
 
 
@@ -51,22 +52,28 @@ def train(
     from rich.console import Console
 
     from models.checkpoint import save_checkpoint
-    from models.data import collection_files, holdout_split
+    from models.data import collection_files, holdout_split, without_graphs_of
     from models.evaluate import format_table
     from models.export import export_artifact
     from models.network import ModelConfig
     from models.train import TrainConfig, fit
 
     name = collection.value
+    console = Console(stderr=True)
     train_files = collection_files(data, name)
     if valid:
         valid_files = collection_files(valid, name)
+        train_files, dropped = without_graphs_of(train_files, valid_files)
+        if dropped:
+            console.print(
+                f"{len(dropped)} --data files are (copies of) validation graphs: "
+                "not trained on"
+            )
     else:
         train_files, valid_files = holdout_split(train_files)
     model = ModelConfig(name, hidden=hidden, layers=layers)  # type: ignore[arg-type]
     cfg = TrainConfig(name, epochs=epochs, seed=seed, lr=lr, batch_configs=batch_configs,  # type: ignore[arg-type]
                       patience=patience, model=model)  # fmt: skip
-    console = Console(stderr=True)
     console.print(
         f"{name}: {len(train_files)} training files, {len(valid_files)} validation"
     )

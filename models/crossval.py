@@ -2,10 +2,11 @@
 
 With a handful of labelled tile kernels a single hold-out is one or two kernels and says
 little (and, chosen by hash, it can hold out most of the labelled configs). Instead
-``kernel_folds`` splits the rankable graphs into folds by whole file (leave-one-out by
-default); each fold trains ``models.train.fit`` on every other file (graphs with < 2
-distinct configs included: they only feed the statistics) for a fixed number of epochs,
-with no validation set and so no early stopping, and scores its held-out graphs.
+``kernel_folds`` splits the rankable graphs into folds by graph id (all files of one
+graph together; leave-one-out by default); each fold trains ``models.train.fit`` on
+every file of the other graphs (graphs with < 2 distinct configs included: they only
+feed the statistics) for a fixed number of epochs, with no validation set and so no
+early stopping, and scores its held-out graphs.
 
 Rows follow ``models.evaluate``: the file's raw configs (no de-duplication), the model's
 metrics, the exact random baseline and, for tile, the compiler default. Scores come from
@@ -14,16 +15,16 @@ PyTorch (``score_all``); the exported ONNX graphs match them to ~1e-4.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from models.data import name_hash
 from models.train import TrainConfig, fit, score_all
 from tpugraphs.metrics import (
     default_baseline_tile,
@@ -32,27 +33,40 @@ from tpugraphs.metrics import (
     metrics_for,
     random_baseline,
 )
-from tpugraphs.reader import load_npz
+from tpugraphs.reader import file_graph, load_npz
 
 Fold = tuple[list[Path], list[Path]]
 
 
 def kernel_folds(
-    files: Sequence[Path], rankable: Sequence[Path], k: int | None = None
+    files: Sequence[Path],
+    rankable: Sequence[Path],
+    k: int | None = None,
+    graphs: Mapping[Path, str] | None = None,
 ) -> list[Fold]:
     """(train, test) per fold. Test sets partition ``rankable`` (each graph is tested
-    exactly once); a fold trains on every file outside its test set. ``k`` None:
-    leave-one-out. Otherwise graphs go round-robin, in sha256(file name) order, to ``k``
-    folds, so the split depends neither on the file order nor on the machine."""
-    ranked = sorted(
-        dict.fromkeys(rankable),
-        key=lambda p: hashlib.sha256(p.name.encode()).hexdigest(),
-    )
+    exactly once); a fold trains on every file outside its test set. Files map to
+    graphs by ``graphs`` (graph id; default: each path its own graph): the files of one
+    graph are tested together, and a fold trains on no file of its test graphs.
+    ``k`` None: leave-one-graph-out. Otherwise graphs go round-robin, in sha256(file
+    name) order, to ``k`` folds, so the split depends neither on the file order nor on
+    the machine."""
+
+    def graph(path: Path) -> str:
+        return graphs.get(path, str(path)) if graphs else str(path)
+
+    members: dict[str, list[Path]] = {}
+    for p in dict.fromkeys(rankable):
+        members.setdefault(graph(p), []).append(p)
+    ranked = sorted(members, key=lambda g: (min(map(name_hash, members[g])), g))
     n = len(ranked) if k is None else min(k, len(ranked))
     if n < 2:
         raise ValueError("cross-validation needs at least 2 rankable graphs")
-    tests = [ranked[i::n] for i in range(n)]
-    return [([f for f in files if f not in set(t)], sorted(t)) for t in tests]
+    folds = []
+    for held in (set(ranked[i::n]) for i in range(n)):
+        test = sorted(p for g in held for p in members[g])
+        folds.append(([f for f in files if graph(f) not in held], test))
+    return folds
 
 
 def score_row(model: Any, path: Path) -> dict[str, Any]:
@@ -84,7 +98,8 @@ def cross_validate(
     in file order, with their mean and the baselines' means on the same graphs."""
     console = console or Console(stderr=True, quiet=True)
     rows: dict[Path, dict[str, Any]] = {}
-    folds = kernel_folds(files, rankable, k)
+    graphs = {p: file_graph(p)[0] for p in dict.fromkeys([*files, *rankable])}
+    folds = kernel_folds(files, rankable, k, graphs)
     for i, (train, test) in enumerate(folds):
         result = fit(train, [], replace(cfg), log_dir / f"fold{i}", console)
         rows.update((path, score_row(result.model, path)) for path in test)

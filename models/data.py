@@ -14,9 +14,11 @@
   masks.
 * **Streaming.** Files are read one at a time; ``ExampleStore`` keeps examples in
   memory up to a byte budget and re-reads the files each epoch beyond it.
-* **Default hold-out.** Without ``--valid`` files, ``holdout_split`` sends the files whose
-  sha256(file name) sorts first (a fraction, at least one) to validation. It splits by
-  whole graph (tile: by kernel), is deterministic and does not depend on the file order.
+* **Default hold-out.** Without ``--valid`` files, ``holdout_split`` groups the files by
+  graph id (``tpugraphs.graph_id``: a layout program under ``default/`` and ``random/``
+  is one graph) and sends the labelled graphs whose sha256(file name) sorts first (a
+  fraction, at least one) to validation, every file of a graph on the same side. It is
+  deterministic and does not depend on the file order.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tpugraphs.arrays import Graph, Sample
-from tpugraphs.reader import expand_paths, iter_samples
+from tpugraphs.reader import expand_paths, file_collection, file_graph, iter_samples
 from tpugraphs.spec import Collection
 
 F32 = npt.NDArray[np.float32]
@@ -243,27 +245,49 @@ def feature_stats(examples: Iterable[Example], collection: Collection) -> Featur
     )
 
 
+def name_hash(path: Path) -> str:
+    """sha256 of the file name: a split key independent of the file order and machine."""
+    return hashlib.sha256(path.name.encode()).hexdigest()
+
+
 def holdout_split(
     paths: Sequence[Path], fraction: float = 0.2
 ) -> tuple[list[Path], list[Path]]:
-    """(train, valid) by whole file; see the module doc. One file: no validation."""
+    """(train, valid) by whole graph; see the module doc. Fewer than 2 labelled graphs:
+    no validation. Unlabelled files never validate, and are dropped with their graph."""
     files = expand_paths(paths)
-    if len(files) < 2:
+    info = {p: file_graph(p) for p in files}
+    groups: dict[str, list[Path]] = {}
+    for p in files:
+        if info[p][1]:
+            groups.setdefault(info[p][0], []).append(p)
+    if len(groups) < 2:
         return files, []
-    ranked = sorted(files, key=lambda p: hashlib.sha256(p.name.encode()).hexdigest())
-    n_valid = min(len(files) - 1, max(1, math.ceil(fraction * len(files))))
-    valid = set(ranked[:n_valid])
-    return [p for p in files if p not in valid], [p for p in files if p in valid]
+    ranked = sorted(groups, key=lambda g: (min(map(name_hash, groups[g])), g))
+    n_valid = min(len(groups) - 1, max(1, math.ceil(fraction * len(groups))))
+    chosen = set(ranked[:n_valid])
+    valid = [p for p in files if info[p][0] in chosen and info[p][1]]
+    return [p for p in files if info[p][0] not in chosen], valid
+
+
+def without_graphs_of(
+    files: Sequence[Path], held: Sequence[Path]
+) -> tuple[list[Path], list[Path]]:
+    """(``files`` minus every file that is, or holds the same graph as, one of ``held``;
+    the files removed). Paths are compared resolved, graphs by ``file_graph`` id."""
+    held_paths = {p.resolve() for p in held}
+    held_ids = {file_graph(p)[0] for p in held}
+    kept: list[Path] = []
+    dropped: list[Path] = []
+    for p in files:
+        same = p.resolve() in held_paths or file_graph(p)[0] in held_ids
+        (dropped if same else kept).append(p)
+    return kept, dropped
 
 
 def collection_files(paths: Iterable[str | Path], collection: Collection) -> list[Path]:
     """The npz files of one collection under files/dirs (a dataset tree holds both)."""
-    out = []
-    for path in expand_paths(paths):
-        with np.load(path) as data:
-            if ("node_config_feat" in data.files) == (collection == "layout"):
-                out.append(path)
-    return out
+    return [p for p in expand_paths(paths) if file_collection(p) == collection]
 
 
 def main() -> None:

@@ -40,9 +40,17 @@ LAYOUT_CELLS = 2_000_000  # configs x configurable nodes scored per scorer call
 def eval_indices_for(path: Path) -> list[int] | None:
     """Official eval config indices for ``.../layout/<source>/<search>/<split>/<g>.npz``."""
     parts = path.resolve().parts
-    if "layout" not in parts or parts.index("layout") + 2 >= len(parts):
+    # The "layout" right after the last "npz" (else the last "layout"): a folder named
+    # layout higher up the path (e.g. a checkout under ~/layout) is not the collection.
+    npz = [j for j, part in enumerate(parts) if part == "npz"]
+    if npz and npz[-1] + 1 < len(parts) and parts[npz[-1] + 1] == "layout":
+        i = npz[-1] + 1
+    elif "layout" in parts:
+        i = len(parts) - 1 - parts[::-1].index("layout")
+    else:
         return None
-    i = parts.index("layout")
+    if i + 2 >= len(parts):
+        return None
     table = f"{parts[i + 1]}_{parts[i + 2]}.json"
     roots = [
         Path(*parts[:j]) for j in range(len(parts) - 1, 0, -1) if parts[j] == "npz"

@@ -141,7 +141,9 @@ def export_artifact(
     version: str | None = None,
 ) -> Manifest:
     """Export, write the manifest, then measure the artifact itself (onnxruntime) on the
-    validation files and store that report as the manifest's ``metrics``."""
+    validation files and store that report as the manifest's ``metrics``. When early
+    stopping picked the epoch on those files, the split says so
+    (``"validation (selected on)"``) and a note warns that the numbers are optimistic."""
     from models.evaluate import evaluate_artifact
 
     collection = result.model.cfg.collection
@@ -161,11 +163,19 @@ def export_artifact(
     valid = [Path(p) for p in result.summary.get("valid_files", []) if Path(p).exists()]
     if valid:
         report = evaluate_artifact(out_dir, valid)
-        manifest = manifest.model_copy(
-            update={"metrics": {"split": "validation", **report}}
-        )
+        manifest = manifest.model_copy(update={"metrics": _labelled(result, report)})
         write_manifest(out_dir, manifest)
     return manifest
+
+
+def _labelled(result: TrainResult, report: dict[str, Any]) -> dict[str, Any]:
+    """The validation report with its split named: files only measured, or also used to
+    pick the epoch (then the numbers lean optimistic)."""
+    if not result.summary.get("epoch_selected_on_validation", False):
+        return {"split": "validation", **report}
+    note = ("early stopping chose the epoch (best_epoch) on these same files, so "
+            "these metrics are optimistic: not an unbiased held-out estimate")  # fmt: skip
+    return {"split": "validation (selected on)", "note": note, **report}
 
 
 def main() -> None:

@@ -4,12 +4,14 @@ Each step takes one graph, samples up to ``batch_configs`` of its distinct confi
 applies a pairwise hinge loss (for every pair whose targets differ, the faster config
 must score at least ``margin`` lower) or, with ``loss="listmle"``, ListMLE. Big graphs
 get a few steps per epoch. After every
-epoch the validation graphs are scored (PyTorch, all distinct configs) and the epoch's
-line (loss + validation metrics) goes to the console and to ``train_log.jsonl``; the
-best epoch (tile: mean of the top-1/5/10 slowdowns, lower is better; layout: Kendall
-tau, higher is better) is kept, and training stops after ``patience`` epochs without
-improvement. With no validation graphs, or ``early_stopping=False``, it runs every epoch
-and keeps the last.
+epoch the validation graphs are scored (PyTorch, on their distinct configs capped at
+``max_configs`` per graph: a seeded subset that keeps the fastest, as in training) and
+the epoch's line (loss + validation metrics) goes to the console and to
+``train_log.jsonl``; the best epoch (tile: mean of the top-1/5/10 slowdowns, lower is
+better; layout: Kendall tau, higher is better) is kept, and training stops after
+``patience`` epochs without improvement. With no validation files, no rankable
+validation graph (a warning), or ``early_stopping=False``, it runs every epoch and keeps
+the last.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 import random
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -254,6 +257,14 @@ def fit(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / LOG_FILE
     log_path.write_text("")
+    selecting = bool(valid_paths) and cfg.early_stopping
+    if selecting and not any(ex.rankable for ex in valid_store):
+        message = ("no validation graph has 2 or more distinct configs: nothing to "
+                   "select on, so early stopping is off (every epoch runs, the last "
+                   "is kept)")  # fmt: skip
+        warnings.warn(message, stacklevel=2)
+        console.print(f"[yellow]warning:[/] {message}")
+        selecting = False
     best: tuple[float, int, dict[str, Any], dict[str, float | None]] | None = None
     with _progress(console) as progress:
         task = progress.add_task(
@@ -266,7 +277,6 @@ def fit(
                 model, opt, epoch_data, cfg, rng, lambda: progress.advance(task)
             )
             metrics = validate(model, valid_store) if valid_paths else {}
-            selecting = valid_paths and cfg.early_stopping
             score = selection_score(cfg.collection, metrics) if selecting else epoch
             improved = best is None or score > best[0]
             if improved:
@@ -297,6 +307,7 @@ def fit(
         "dedup_runtime": "mean",
         "epochs_run": epoch,
         "best_epoch": best[1],
+        "epoch_selected_on_validation": selecting,
         "seed": cfg.seed,
         "seconds": round(time.monotonic() - start, 2),
         "loss": "list_mle"

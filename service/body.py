@@ -8,7 +8,10 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.requests import Request
 
+from service.codecs import media_type
+from service.core.inputs import INLINE_BYTES
 from service.errors import MalformedBody, PayloadTooLarge
+from service.schemas import NPZ_MEDIA_TYPE
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -38,12 +41,14 @@ def _too_large(max_bytes: int) -> str:
 
 
 T = TypeVar("T")
-# Bodies above this size are parsed in a worker thread so the loop keeps serving.
-INLINE_BYTES = 256 * 1024
 
 
-async def parse(fn: Callable[..., T], body: bytes, *args: Any) -> T:
-    """``fn(body, *args)``, off the event loop when the body is large."""
-    if len(body) <= INLINE_BYTES:
-        return fn(body, *args)
-    return await anyio.to_thread.run_sync(fn, body, *args)
+async def parse(
+    fn: Callable[..., T], body: bytes, content_type: str | None, *args: Any
+) -> T:
+    """``fn(body, content_type, *args)``, off the event loop unless the body is small
+    JSON or text: a compressed npz body's size says nothing of its decoded size."""
+    compressed = media_type(content_type) == NPZ_MEDIA_TYPE
+    if len(body) <= INLINE_BYTES and not compressed:
+        return fn(body, content_type, *args)
+    return await anyio.to_thread.run_sync(fn, body, content_type, *args)

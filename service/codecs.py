@@ -9,7 +9,6 @@ and raw configs are featurized/encoded by the core once it knows the model.
 from __future__ import annotations
 
 import io
-import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,15 +17,15 @@ import numpy as np
 from pydantic import ValidationError
 
 from service.core.hlo import HloText
-from service.core.inputs import GRAPH_KEYS, RawGraph
+from service.core.inputs import GRAPH_KEYS, RawGraph, config_array
 from service.core.ranker import RankRequest, UploadRequest
 from service.core.raw_configs import RawConfigs
 from service.errors import (
     InvalidRequest,
     MalformedBody,
-    PayloadTooLarge,
     UnsupportedMediaType,
 )
+from service.npz import read_npz
 from service.schemas import HLO_MEDIA_TYPE, NPZ_MEDIA_TYPE, GraphIn, RankIn
 
 JSON_MEDIA_TYPE = "application/json"
@@ -57,6 +56,37 @@ def split_names(values: list[str] | None) -> tuple[str, ...] | None:
 
 def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def prefers_npz(accept: str | None) -> bool:
+    """Whether ``Accept`` names npz with a q at least JSON's (JSON is the default).
+
+    Media ranges are case-insensitive; JSON takes the q of the most specific range
+    that matches it, npz only that of its own name (``*/*`` is no request for npz),
+    and q=0 means "not this one".
+    """
+    ranges: dict[str, float] = {}
+    for part in (accept or "").lower().split(","):
+        name, *params = (p.strip() for p in part.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if name:
+            ranges[name] = max(q, ranges.get(name, 0.0))
+
+    def quality(offered: str) -> float:
+        for candidate in (offered, offered.split("/")[0] + "/*", "*/*"):
+            if candidate in ranges:
+                return ranges[candidate]
+        return 0.0
+
+    npz = ranges.get(NPZ_MEDIA_TYPE, 0.0)
+    return npz > 0 and npz >= quality(JSON_MEDIA_TYPE)
 
 
 def validation_error(exc: ValidationError) -> InvalidRequest | MalformedBody:
@@ -143,9 +173,9 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     graph = _json_rank_graph(req, len(body))
     if (req.configs is None) == (req.raw_configs is None):
         raise InvalidRequest("give exactly one of configs or raw_configs", "configs")
-    configs: Any = req.configs
-    if req.raw_configs is not None:
-        configs = RawConfigs(req.raw_configs)
+    configs: Any = RawConfigs(req.raw_configs) if req.raw_configs is not None else None
+    if req.configs is not None:  # here, off the loop when the body is large
+        configs = config_array(req.configs, "configs")
     return RankRequest(
         req.model,
         req.model_version,
@@ -170,18 +200,7 @@ def _json_rank_graph(req: RankIn, nbytes: int) -> RawGraph | HloText | None:
 
 def load_npz(body: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
     """Arrays of an npz body: no pickles, and a bound on the decompressed size."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(body)) as archive:
-            decoded = sum(info.file_size for info in archive.infolist())
-            if decoded > max_decoded:
-                raise PayloadTooLarge(
-                    f"npz holds {decoded} bytes uncompressed (limit {max_decoded})",
-                    "body",
-                )
-        with np.load(io.BytesIO(body), allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise MalformedBody(f"not a readable npz archive: {exc}") from None
+    return read_npz(body, max_decoded)
 
 
 def _npz_split(arrays: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
@@ -195,7 +214,7 @@ def _npz_graph(body: bytes, max_decoded: int) -> RawGraph:
     arrays = _npz_split(
         load_npz(body, max_decoded), frozenset(GRAPH_KEYS) | set(CONFIG_KEYS)
     )
-    return RawGraph({k: v for k, v in arrays.items() if k in GRAPH_KEYS}, "", len(body))
+    return _npz_raw_graph(arrays)
 
 
 def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
@@ -211,12 +230,20 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         raise InvalidRequest(
             "give exactly one of config_feat or node_config_feat", "config_feat"
         )
-    graph_arrays = {k: v for k, v in arrays.items() if k in GRAPH_KEYS}
-    graph = RawGraph(graph_arrays, "", len(body)) if graph_arrays else None
+    raw = _npz_raw_graph(arrays)
+    graph = raw if raw.arrays else None
     return RankRequest(
         params.model, params.model_version, params.graph_id, graph,
         arrays[present[0]], present[0], params.top_k,
     )  # fmt: skip
+
+
+def _npz_raw_graph(arrays: Mapping[str, Any]) -> RawGraph:
+    """The graph arrays, sized by what they decoded to: the compressed body's size
+    says nothing of the work of validating and hashing them."""
+    graph = {k: v for k, v in arrays.items() if k in GRAPH_KEYS}
+    nbytes = sum(int(v.nbytes) for v in graph.values())
+    return RawGraph(graph, "", nbytes)
 
 
 GraphDecoder = Callable[[bytes, int], RawGraph | HloText]

@@ -93,7 +93,8 @@ class RequestContext:
         method = scope["method"]
         if metrics is not None:
             metrics.inflight.dec()
-            metrics.request_seconds.labels(route, method, model).observe(seconds)
+            label = _model_label(scope, model)
+            metrics.request_seconds.labels(route, method, label).observe(seconds)
             metrics.requests.labels(route, method, str(status)).inc()
         level = logging.INFO if route.startswith(_LIMITED_PREFIX) else logging.DEBUG
         log.log(
@@ -109,6 +110,15 @@ class RequestContext:
                 "model": model,
             },
         )
+
+
+def _model_label(scope: Scope, model: str) -> str:
+    """The model as a metric label: routes set it from the request before it is
+    validated, and every name a client invents would otherwise be a new series."""
+    registry = getattr(scope["app"].state, "registry", None)
+    if not model or registry is None or model in registry:
+        return model
+    return "unknown"
 
 
 async def _send_error(

@@ -229,6 +229,11 @@ def sample_from_arrays(
             )
         if runtimes.min() < 0:
             raise GraphFormatError("config_runtime", "runtimes must be >= 0")
+        if runtimes.min() == 0 and runtimes.max() > 0:
+            raise GraphFormatError(
+                "config_runtime",
+                "must be all zero (an unlabelled test file) or all > 0",
+            )
         norms = None
         if collection == "tile":
             norms = _ints(

@@ -10,7 +10,11 @@ Encoding (version 1), fed to sha256 in this order:
         shape as comma-separated decimals + "\\n"     # e.g. "3163,140"
         the array's bytes, C order, in that dtype
 
-node_splits is not part of the id: encoders do not read it.
+node_splits is not part of the id: encoders do not read it. Inputs are canonicalised
+before hashing: an empty ``edge_index`` of any shape (``[]``) is hashed as shape ``0,2``,
+and integer arrays whose values do not fit the canonical dtype exactly (opcodes outside
+0-255, non-integral or non-finite floats) are refused with ``ValueError`` rather than
+wrapped or truncated into another graph's id.
 """
 
 from __future__ import annotations
@@ -47,9 +51,26 @@ def graph_id(
         value = values[key]
         if value is None:
             continue
-        # No copy when the array already has the canonical dtype and C order; its
-        # buffer is hashed in place (``tobytes`` would copy 12.9 MB for a big graph).
-        arr = np.ascontiguousarray(value, dtype=np.dtype(dtype))
+        arr = _canonical(key, value, np.dtype(dtype))
         h.update(f"{key}\n{dtype}\n{','.join(map(str, arr.shape))}\n".encode())
         h.update(arr.data)
     return h.hexdigest()
+
+
+def _canonical(key: str, value: Any, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """``value`` as a C-ordered array of ``dtype``; no copy when it already is one (its
+    buffer is hashed in place: ``tobytes`` would copy 12.9 MB for a big graph)."""
+    arr = np.asarray(value)
+    if key == "edge_index" and arr.size == 0:
+        arr = arr.reshape(0, 2)
+    if dtype.kind in "iu" and arr.dtype != dtype and arr.size:
+        if arr.dtype.kind not in "biuf":
+            raise ValueError(f"{key}: expected integers, got dtype {arr.dtype}")
+        if arr.dtype.kind == "f" and not (
+            np.isfinite(arr).all() and (arr == np.round(arr)).all()
+        ):
+            raise ValueError(f"{key}: values must be integers")
+        info = np.iinfo(dtype)
+        if arr.min() < info.min or arr.max() > info.max:
+            raise ValueError(f"{key}: values must lie in [{info.min}, {info.max}]")
+    return np.ascontiguousarray(arr, dtype=dtype)

@@ -10,6 +10,7 @@ import numpy as np
 
 from tpugraphs.arrays import Sample, sample_from_arrays
 from tpugraphs.errors import GraphFormatError
+from tpugraphs.graph_id import graph_id
 from tpugraphs.spec import Collection
 
 
@@ -55,7 +56,7 @@ def iter_samples(
     ``npz/`` holds both); with ``labelled_only``, test files (all-zero runtimes) are too.
     """
     for path in expand_paths(paths):
-        if collection is not None and _file_collection(path) != collection:
+        if collection is not None and file_collection(path) != collection:
             continue
         sample = load_npz(path, collection)
         if labelled_only and not sample.labelled:
@@ -63,9 +64,28 @@ def iter_samples(
         yield sample
 
 
-def _file_collection(path: Path) -> Collection:
+def file_collection(path: str | Path) -> Collection:
+    """``"layout"`` if the file has ``node_config_feat``, else ``"tile"`` (reads only the
+    npz directory, not the arrays); an unreadable file is a ``GraphFormatError``."""
     try:
         with np.load(path, allow_pickle=False) as data:
             return "layout" if "node_config_feat" in data.files else "tile"
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise GraphFormatError("file", f"cannot read npz ({exc})", str(path)) from None
+
+
+def file_graph(path: str | Path) -> tuple[str, bool]:
+    """(graph id, labelled) of one file, reading only the graph arrays and the runtimes
+    (not the configs, most of a layout file). Copies of one program (a layout graph
+    under ``default/`` and ``random/``, a converted file) share the id."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            ids = data["node_config_ids"] if "node_config_ids" in data.files else None
+            gid = graph_id(
+                data["node_feat"], data["node_opcode"], data["edge_index"], ids
+            )
+            return gid, bool(np.any(data["config_runtime"] > 0))
+    except KeyError as exc:
+        raise GraphFormatError("file", f"missing array {exc}", str(path)) from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise GraphFormatError("file", f"cannot read npz ({exc})", str(path)) from None

@@ -111,11 +111,29 @@ class FeedbackEntry:
         return (text + "\n").encode()
 
 
+# Floats below this magnitude that are integral are exactly their int64 value.
+EXACT_INT = 2**53
+
+
 def _compact(configs: np.ndarray[Any, Any]) -> list[Any]:
-    """Nested lists; integers where every value is integral (config features are)."""
-    if np.array_equal(configs, np.round(configs)):
+    """Nested lists; integers where that loses nothing (config features are small
+    integers). Large or non-finite floats stay floats: ``astype(int64)`` would wrap
+    them (1e20 became -9223372036854775808)."""
+    if configs.dtype.kind in "iub":
+        return list(configs.tolist())
+    if configs.size and _lossless_ints(configs):
         return list(configs.astype(np.int64).tolist())
     return list(configs.tolist())
+
+
+def _lossless_ints(values: np.ndarray[Any, Any]) -> bool:
+    """True when every (float) value is finite, integral and below 2**53."""
+    finite = np.isfinite(values).all()
+    return bool(
+        finite
+        and np.abs(values).max(initial=0) < EXACT_INT
+        and np.array_equal(values, np.round(values))
+    )
 
 
 def measure(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> Quality:

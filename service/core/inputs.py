@@ -22,6 +22,9 @@ from tpugraphs.errors import GraphFormatError
 from tpugraphs.graph_id import graph_id
 
 GRAPH_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids")
+# Inputs up to this size are decoded and checked on the event loop; larger ones
+# (by decoded size: a compressed npz of 1 MB may hold 100 MB) in a worker thread.
+INLINE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class RawGraph:
 
     arrays: Mapping[str, Any]
     prefix: str = ""
-    nbytes: int = 0  # size of the body it came from: big graphs are checked off-loop
+    nbytes: int = 0  # decoded size (JSON: its text): big graphs are checked off-loop
 
 
 def _count(value: Any) -> int:
@@ -92,16 +95,13 @@ def check_configs(
 ) -> np.ndarray[Any, Any]:
     """Check a config batch's dtype and shape against the scorer's config input.
 
-    Cheap (no pass over the values), so it runs on the event loop; the batch keeps
-    its wire dtype (layout configs come as int8) and ``as_float32`` converts it.
+    Cheap for an array (no pass over the values), so it runs on the event loop;
+    nested lists are a pass over every value: decoders convert them first with
+    ``config_array``, off the loop for large bodies. The batch keeps its wire dtype
+    (layout configs come as int8) and ``as_float32`` converts it.
     """
     spec = runner.manifest.config_input
-    try:
-        arr = np.asarray(value)
-    except (ValueError, TypeError) as exc:  # ragged nested lists
-        raise InvalidRequest(
-            f"not a rectangular numeric array ({exc})", field
-        ) from None
+    arr = config_array(value, field)
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise InvalidRequest(f"expected a numeric array, got dtype {arr.dtype}", field)
     if arr.ndim == 0 or arr.shape[0] == 0:
@@ -122,6 +122,16 @@ def check_configs(
             field,
         )
     return arr
+
+
+def config_array(value: Any, field: str) -> np.ndarray[Any, Any]:
+    """``np.asarray(value)``, or ``InvalidRequest`` for ragged nested lists."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(
+            f"not a rectangular numeric array ({exc})", field
+        ) from None
 
 
 def as_float32(arr: np.ndarray[Any, Any], field: str) -> npt.NDArray[np.float32]:

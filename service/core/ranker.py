@@ -25,6 +25,7 @@ from service.core.cache import CacheKey, EmbeddingCache, Source
 from service.core.graph_meta import GraphMeta
 from service.core.hlo import HloText, featurize_graph
 from service.core.inputs import (
+    INLINE_BYTES,
     Limits,
     RawGraph,
     as_float32,
@@ -40,8 +41,6 @@ from tpugraphs.arrays import Graph
 T = TypeVar("T")
 # (configs, scores); configs in their wire dtype (int8 layout batches stay 4x smaller)
 Scored = tuple[np.ndarray[Any, Any], npt.NDArray[np.float32]]
-# Bodies above this size are validated and hashed off the event loop.
-INLINE_BYTES = 256 * 1024
 
 
 class StageEvents(Protocol):

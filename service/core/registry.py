@@ -96,6 +96,10 @@ class ModelRegistry:
         """True when every configured model serves a loaded, warmed version."""
         return all(slot.current is not None for slot in self._slots.values())
 
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is a configured model (loaded or not)."""
+        return name in self._slots
+
     def slots(self) -> list[ModelSlot]:
         return list(self._slots.values())
 

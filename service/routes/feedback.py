@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from service.body import parse, read_body
 from service.codecs import JSON_MEDIA_TYPE, media_type, validation_error
 from service.core.feedback import FeedbackRequest
+from service.core.inputs import config_array
 from service.deps import FeedbackDep, SettingsDep
 from service.errors import UnsupportedMediaType
 from service.logs import request_id
@@ -48,7 +49,9 @@ def _decode(body: bytes, content_type: str | None, rid: str | None) -> FeedbackR
         req = FeedbackIn.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
+    # Nested lists become an array here, off the loop when the body is large.
+    configs = None if req.configs is None else config_array(req.configs, "configs")
     return FeedbackRequest(
-        req.model, req.model_version, req.graph_id, req.configs,
+        req.model, req.model_version, req.graph_id, configs,
         req.config_indices, req.runtimes_ns, rid,
     )  # fmt: skip

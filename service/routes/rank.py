@@ -8,7 +8,7 @@ import pydantic_core
 from fastapi import APIRouter, Query, Request, Response
 
 from service.body import parse, read_body
-from service.codecs import Params, decode_rank, encode_rank_npz
+from service.codecs import Params, decode_rank, encode_rank_npz, prefers_npz
 from service.core.ranker import RankResult
 from service.deps import RankerDep, SettingsDep
 from service.schemas import (
@@ -58,7 +58,7 @@ async def rank(
     )
     request.state.model = req.model
     result = await ranker.rank(req)
-    if NPZ_MEDIA_TYPE in request.headers.get("accept", ""):
+    if prefers_npz(request.headers.get("accept")):
         return _npz_answer(result)
     return _json_answer(result)
 

@@ -93,7 +93,8 @@ def test_the_read_timeout_is_enforced_by_the_real_socket() -> None:
         with pytest.raises(ServiceUnavailable, match="ReadTimeout"):
             client.models()
         elapsed = time.monotonic() - start
-    assert 0.75 <= elapsed < 1.5  # two attempts of 0.4 s each
+    # two attempts of 0.4 s each; the upper bound leaves room for a loaded CI host
+    assert 0.75 <= elapsed < 5.0
 
 
 def test_injected_transport_is_used_for_every_call(tile_sample: Sample) -> None:

@@ -111,3 +111,18 @@ def test_deadline() -> None:
     with pytest.raises(ValueError):
         Deadline.after(-1)
     assert isinstance(d.exceeded(), CostModelError)
+
+
+@pytest.mark.parametrize(
+    ("status", "idempotent_retry", "once_retry"),
+    [(429, True, True), (503, True, True), (502, True, False), (504, True, False)],
+)
+def test_a_non_idempotent_call_retries_only_what_the_service_refused(
+    status: int, idempotent_retry: bool, once_retry: bool
+) -> None:
+    """A 502/504 comes from a proxy that may have passed the request on: repeating
+    a feedback POST could store its runtimes twice. 429/503 are the service's own
+    "nothing done"."""
+    assert error_from_response(answer(status), None).retryable is idempotent_retry
+    got = error_from_response(answer(status), None, idempotent=False).retryable
+    assert got is once_retry

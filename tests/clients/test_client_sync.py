@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from typing import Any
 
 import httpx
 import numpy as np
@@ -393,3 +394,48 @@ def test_models_and_ready(client: CostModelClient) -> None:
     assert client.ready()
     with CostModelClient(unused_url()) as down:
         assert not down.ready()
+
+
+@pytest.mark.parametrize(("status", "posts"), [(504, 1), (502, 1), (503, 3), (429, 3)])
+def test_feedback_is_resent_only_when_nothing_was_stored(
+    tile_sample: Sample, status: int, posts: int
+) -> None:
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(status, text="upstream said no")
+
+    retry = RetryPolicy(max_attempts=3)
+    transport = httpx.MockTransport(handler)
+    with (
+        CostModelClient(
+            "http://x", transport=transport, retry=retry, sleep=lambda s: None
+        ) as client,
+        pytest.raises(ServiceUnavailable),
+    ):
+        client.feedback("tile", tile_sample, [5], config_indices=[0])
+    assert sent == ["/v1/feedback"] * posts
+
+
+def test_feedback_configs_too_large_for_int64_are_sent_as_floats(
+    tile_sample: Sample,
+) -> None:
+    """``astype(int64)`` wrapped 1e20 to -2**63 before the body left."""
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(503)
+
+    configs = np.stack([np.full(24, 1e20, np.float32), np.full(24, 3.0, np.float32)])
+    transport = httpx.MockTransport(handler)
+    retry = RetryPolicy(max_attempts=1)
+    with (
+        CostModelClient("http://x", transport=transport, retry=retry) as client,
+        pytest.raises(ServiceUnavailable),
+    ):
+        client.feedback("tile", tile_sample, [5, 7], configs=configs)
+    sent = bodies[0]["configs"]
+    # All or nothing, as before: one value too large keeps the batch floats.
+    assert sent[0] == [float(np.float32(1e20))] * 24 and sent[1] == [3.0] * 24

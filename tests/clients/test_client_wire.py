@@ -4,11 +4,13 @@ per element, and anything else is a ``ProtocolError``."""
 from __future__ import annotations
 
 import io
+import zipfile
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from numpy.lib import format as npy
 
 from clients import ProtocolError
 from clients.wire import parse_rank
@@ -116,3 +118,32 @@ def test_an_unreadable_npz_answer() -> None:
     )  # fmt: skip
     with pytest.raises(ProtocolError, match="not an npz"):
         parse_rank(garbage, GID, 3, uploaded=False)
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0)])
+def test_an_npz_answer_whose_header_lies_is_a_protocol_error(
+    version: tuple[int, int],
+) -> None:
+    """np.load allocates the header's shape before reading: MemoryError escaped."""
+    head = io.BytesIO()
+    header = {"descr": "<f8", "fortran_order": False, "shape": (10**13,)}
+    write = (
+        npy.write_array_header_1_0 if version == (1, 0) else npy.write_array_header_2_0
+    )
+    write(head, header)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr("ranking.npy", head.getvalue() + b"\0" * 64)
+    lying = httpx.Response(200, content=buf.getvalue(),
+                           headers={"Content-Type": "application/x-npz"}, request=REQUEST)  # fmt: skip
+    with pytest.raises(ProtocolError, match="claims shape"):
+        parse_rank(lying, GID, 3, uploaded=False)
+
+
+def test_an_npz_answer_of_object_arrays_is_a_protocol_error() -> None:
+    buf = io.BytesIO()
+    np.savez(buf, ranking=np.array([{"a": 1}], dtype=object))
+    answer = httpx.Response(200, content=buf.getvalue(),
+                            headers={"Content-Type": "application/x-npz"}, request=REQUEST)  # fmt: skip
+    with pytest.raises(ProtocolError, match="object"):
+        parse_rank(answer, GID, 3, uploaded=False)

@@ -43,6 +43,9 @@ def test_train_evaluate_export_on_a_dataset_tree(tmp_path: Path) -> None:
     )
     # the layout file in the --data tree is skipped; the valid files are not trained on
     assert all("/tile/xla/" in f for f in manifest.training["data_files"])
+    training = manifest.training
+    assert training["data_files"] and len(training["valid_files"]) == 2
+    assert not set(training["data_files"]) & set(training["valid_files"])
     assert (out / "train_log.jsonl").read_text().count("\n") == 2
 
     result = runner.invoke(app(), ["evaluate", "--model", str(out),
@@ -91,3 +94,24 @@ def test_layout_report_has_every_key_and_a_null_default(
     assert report["baselines"]["default"]["reason"]
     assert report["skipped"] and notes  # the unlabelled test file
     json.dumps(report, allow_nan=False)
+
+
+def test_train_skips_copies_of_validation_graphs_elsewhere_in_data(
+    tmp_path: Path,
+) -> None:
+    """A validation graph copied under another name in --data is caught by graph id."""
+    root = tmp_path / "dataset"
+    write_tree(root, "tile", "train", 3, seed=0, num_nodes=12, num_configs=30)
+    valid = write_tree(root, "tile", "valid", 1, seed=1, num_nodes=12, num_configs=30)
+    copy = root / "npz/tile/xla/train/renamed_copy.npz"
+    copy.write_bytes(valid[0].read_bytes())
+    out = tmp_path / "artifacts" / "tile" / "1"
+    result = CliRunner().invoke(app(), [
+        "train", "--collection", "tile", "--data", str(root / "npz"),
+        "--valid", str(valid[0]), "--out", str(out),
+        "--epochs", "1", "--hidden", "8", "--layers", "1",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data_files = read_manifest(out).training["data_files"]
+    assert len(data_files) == 3
+    assert str(copy) not in data_files and str(valid[0]) not in data_files

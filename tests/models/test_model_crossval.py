@@ -79,3 +79,46 @@ def test_cross_validate_scores_every_kernel_with_a_model_that_never_saw_it(
         assert log.count("\n") == 1  # fixed epochs, no validation, no early stopping
     assert set(TILE_KEYS) <= set(report["mean"])
     assert set(report["baselines"]) == {"random", "default"}
+
+
+def test_files_of_one_graph_are_tested_together_and_never_trained_on() -> None:
+    """default/ and random/ hold the same program under the same name: one graph."""
+    a, b = Path("default/g.npz"), Path("random/g.npz")
+    files, rankable = fake_files(3, 1)
+    files, rankable = [*files, a, b], [*rankable, a, b]
+    graphs = {p: p.stem for p in files}  # a and b share the graph id "g"
+    for k in (None, 2):
+        folds = kernel_folds(files, rankable, k, graphs)
+        assert len(folds) == (4 if k is None else 2)
+        for train, test in folds:
+            assert not {graphs[p] for p in train} & {graphs[p] for p in test}
+        assert sum({a, b} <= set(test) for _, test in folds) == 1
+
+
+def test_cross_validate_groups_copies_by_graph_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of a kernel under another folder is the same graph: one fold tests both,
+    and no fold trains on one while testing the other."""
+    import models.crossval
+
+    trained_on: list[list[Path]] = []
+
+    def recording_fit(train, *args):  # type: ignore[no-untyped-def]
+        trained_on.append(list(train))
+        return fit(train, *args)
+
+    fit = models.crossval.fit
+    monkeypatch.setattr(models.crossval, "fit", recording_fit)
+    files = write_tree(tmp_path, "tile", "train", 3, num_nodes=8, num_configs=12)
+    copy = tmp_path / "elsewhere" / files[0].name
+    copy.parent.mkdir()
+    copy.write_bytes(files[0].read_bytes())
+    files.append(copy)
+    report = cross_validate(
+        files, files, tiny_config("tile", epochs=1), tmp_path / "cv"
+    )
+    assert report["folds"] == 3 and len(report["graphs"]) == 4
+    pair = {files[0], copy}
+    assert [len(pair & set(train)) for train in trained_on].count(0) == 1
+    assert all(len(pair & set(train)) in (0, 2) for train in trained_on)

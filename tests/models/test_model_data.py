@@ -9,14 +9,15 @@ import pytest
 from modelkit import FUSION_191, TILE_KERNELS, UNET_TRAIN
 
 from models.data import (
+    SIGNED_NODE_COLUMNS,
     ExampleStore,
     dedup_configs,
+    feature_log,
     feature_stats,
     holdout_split,
     make_example,
-    signed_log,
 )
-from models.synthetic import make_tile_arrays
+from models.synthetic import make_layout_arrays, make_tile_arrays, write_npz
 from tpugraphs.arrays import sample_from_arrays
 from tpugraphs.reader import load_npz
 
@@ -78,7 +79,9 @@ def test_stats_mask_constant_columns_and_match_the_transform(tmp_path: Path) -> 
     assert stats.graphs == 3
     assert stats.node_std[1] == 0.0  # element_size_in_bits is always 0
     assert stats.config_std[0] == 0.0  # kernel_bounds unused in the synthetic kernels
-    nodes = np.concatenate([signed_log(ex.graph.node_feat) for ex in examples])
+    nodes = np.concatenate(
+        [feature_log(ex.graph.node_feat, SIGNED_NODE_COLUMNS) for ex in examples]
+    )
     np.testing.assert_allclose(stats.node_mean, nodes.mean(0), atol=1e-6)
 
 
@@ -98,11 +101,44 @@ def test_example_store_streams_when_over_budget(tmp_path: Path) -> None:
 
 
 def test_holdout_is_deterministic_and_by_file(tmp_path: Path) -> None:
-    files = []
-    for i in range(10):
-        files.append(tmp_path / f"k{i}.npz")
-        files[-1].write_bytes(b"")
+    files = [
+        write_npz(tmp_path / f"k{i}.npz", make_tile_arrays(num_nodes=8, seed=i))
+        for i in range(10)
+    ]
     train, valid = holdout_split(files)
     assert len(valid) == 2 and not set(train) & set(valid)
     assert set(holdout_split(list(reversed(files)))[1]) == set(valid)
     assert holdout_split(files[:1]) == (files[:1], [])
+
+
+def test_holdout_keeps_every_copy_of_a_graph_on_one_side(tmp_path: Path) -> None:
+    """A layout program under default/ and random/ (same file name, same graph, other
+    configs) is one graph: validated or trained on whole. Test files never validate."""
+    files = []
+    for i in range(6):
+        arrays = make_layout_arrays(num_nodes=20, num_configs=10, seed=i)
+        for search in ("default", "random"):
+            files.append(write_npz(tmp_path / search / f"g{i}.npz", arrays))
+    unlabelled = make_layout_arrays(num_nodes=20, num_configs=10, seed=99)
+    unlabelled["config_runtime"] = np.zeros_like(unlabelled["config_runtime"])
+    files.append(write_npz(tmp_path / "test" / "aaa.npz", unlabelled))
+    train, valid = holdout_split(files)
+    names = {p.name for p in valid}
+    assert len(names) == 2 and len(valid) == 4  # 20% of 6 graphs, both copies each
+    assert not names & {p.name for p in train}
+    assert tmp_path / "test" / "aaa.npz" in train
+
+
+def test_holdout_needs_two_labelled_graphs(tmp_path: Path) -> None:
+    arrays = make_tile_arrays(num_nodes=8, seed=0)
+    same = [write_npz(tmp_path / f"copy{i}.npz", arrays) for i in range(3)]
+    assert holdout_split(same) == (same, [])
+
+
+def test_collection_files_names_an_unreadable_file(tmp_path: Path) -> None:
+    from models.data import collection_files
+    from tpugraphs.errors import GraphFormatError
+
+    (tmp_path / "broken.npz").write_bytes(b"")
+    with pytest.raises(GraphFormatError, match=r"broken\.npz"):
+        collection_files([tmp_path], "tile")

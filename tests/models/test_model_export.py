@@ -130,3 +130,12 @@ def test_a_single_node_graph_without_edges_runs(which, request) -> None:  # type
     configs = np.zeros((3, 24) if which == "tile" else (3, 1, 18), np.float32)
     scores = runner.score(emb, configs)
     assert scores.shape == (3,) and np.isfinite(scores).all()
+
+
+def test_metrics_selected_on_by_early_stopping_are_labelled_so(tile_artifact) -> None:  # type: ignore[no-untyped-def]
+    """The tile fixture early-stops on its validation kernel, then reports on it."""
+    result, out = tile_artifact
+    metrics = read_manifest(out).metrics
+    assert result.summary["epoch_selected_on_validation"] is True
+    assert metrics["split"] == "validation (selected on)"
+    assert "optimistic" in metrics["note"]

@@ -56,5 +56,16 @@ def test_unplanted_data_is_not_learnable_from_features(
     train = write_tree(tmp_path, collection, "train", 4, seed=0, signal=False, **sizes)
     valid = write_tree(tmp_path, collection, "valid", 2, seed=1, signal=False, **sizes)
     result = fit(train, valid, tiny_config(collection, epochs=2), tmp_path / "run")
+    rows = [
+        random_baseline(collection, ex.targets)
+        for ex in ExampleStore(valid, collection)
+    ]
+    random = mean_metrics(rows, metric_keys(collection))
     if collection == "layout":
-        assert abs(result.valid_metrics["kendall_tau"] or 0.0) < 0.3
+        tau = result.valid_metrics["kendall_tau"]
+        assert tau is not None and abs(tau) < 0.3
+    else:
+        for key in ("top1_slowdown", "top5_slowdown"):
+            got, rand = result.valid_metrics[key], random[key]
+            assert got is not None and rand is not None
+            assert got >= 0.5 * rand, (key, result.valid_metrics, random)

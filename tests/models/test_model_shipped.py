@@ -11,10 +11,11 @@ import pytest
 from costmodel.manifest import list_versions, read_manifest
 from costmodel.runner import ArtifactRunner
 from tpugraphs.metrics import metric_keys
-from tpugraphs.reader import load_npz
+from tpugraphs.reader import file_graph, load_npz
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "models" / "artifacts"
 CHECKPOINTS = ARTIFACTS.parent / "checkpoints"
+REPO = ARTIFACTS.parents[1]  # the manifests' data paths are relative to it
 SAMPLE = {"tile": "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
           "layout": "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"}  # fmt: skip
 
@@ -48,11 +49,18 @@ def test_shipped_tile_model_trains_on_every_kernel_and_reports_cross_validation(
     assert {f"{g}.npz" for g in scored} <= trained
 
 
-def test_shipped_layout_model_never_trains_on_its_validation_graph() -> None:
+def test_shipped_layout_model_never_trains_on_its_validation_graph(
+    shared_data: Path,
+) -> None:
     manifest = read_manifest(ARTIFACTS / "layout" / "1")
     valid = {Path(f).name for f in manifest.metrics["validation"]["files"]}
     assert valid == {Path(SAMPLE["layout"]).name}
-    assert not valid & {Path(f).name for f in manifest.training["data_files"]}
+    # By graph, not file name: the converted module_tuning_data_layout is this graph too.
+    valid_ids = {file_graph(shared_data / SAMPLE["layout"])[0]}
+    converted = "pb/official_testdata/module_tuning_data_layout.converted.npz"
+    assert file_graph(shared_data / converted)[0] in valid_ids
+    trained = [file_graph(REPO / f)[0] for f in manifest.training["data_files"]]
+    assert trained and not valid_ids & set(trained)
     assert manifest.training["train_config"]["early_stopping"] is False
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +49,10 @@ def test_tile_normaliser_is_the_default_configs_runtime() -> None:
     assert (arrays["config_runtime_normalizers"] == arrays["config_runtime"][0]).all()
 
 
-def test_large_graphs_are_fast() -> None:
-    start = time.monotonic()
+def test_large_graphs_are_well_formed() -> None:
+    """Size only; speed belongs in benchmarks, not in a wall-clock assert."""
     tile = make_tile_arrays(num_nodes=50_000, num_configs=100_000, seed=0)
     layout = make_layout_arrays(num_nodes=50_000, num_configs=50, num_configurable=800)
-    assert time.monotonic() - start < 10.0
     check_format(tile, TILE_KEYS)
     assert layout["node_config_feat"].shape == (50, 800, 18)
 

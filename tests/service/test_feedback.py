@@ -384,3 +384,29 @@ async def test_config_indices_after_a_compact_layout_batch(
     [line] = lines(feedback_dir)
     assert line["configs"] == configs[[4, 19]].astype(np.int64).tolist()
     assert line["scores"] == scores[[4, 19]].tolist()
+
+
+@pytest.mark.parametrize("value", [1e20, 3e38, 2.0**53, -(2.0**63)])
+async def test_large_integral_configs_are_stored_as_sent(
+    fb: httpx.AsyncClient, feedback_dir: Path, kernel: Sample, value: float
+) -> None:
+    """int64 cannot hold them: ``astype`` wrapped 1e20 to -2**63 in the log."""
+    gid = await upload(fb, "tile", kernel)
+    configs = [[value] * 24, [1.0] * 24]
+    r = await fb.post("/v1/feedback", **body(gid, configs=configs))
+    assert r.status_code == 200, r.text
+    [line] = lines(feedback_dir)
+    stored = np.float32(value)  # the service scores and stores float32
+    assert line["configs"][0] == [float(stored)] * 24
+    assert line["configs"][1] == [1.0] * 24
+
+
+async def test_small_integral_configs_stay_ints(
+    fb: httpx.AsyncClient, feedback_dir: Path, kernel: Sample
+) -> None:
+    gid = await upload(fb, "tile", kernel)
+    configs = [[2.0**52] * 24, [-3.0] * 24]
+    r = await fb.post("/v1/feedback", **body(gid, configs=configs))
+    assert r.status_code == 200, r.text
+    [line] = lines(feedback_dir)
+    assert line["configs"] == [[2**52] * 24, [-3] * 24]

@@ -116,3 +116,23 @@ async def test_unexpected_errors_keep_the_error_shape(
     assert r.json() == {
         "error": {"code": "internal", "message": "internal error", "field": None}
     }
+
+
+async def test_invented_model_names_make_no_new_metric_series(
+    client: httpx.AsyncClient, kernel: Sample
+) -> None:
+    """Routes label requests before the name is checked; a client must not be able
+    to grow the label set (and the /metrics page) by inventing names."""
+    for i in range(3):
+        await client.post("/v1/rank", json={"model": f"bogus{i}", "graph_id": "0" * 64,
+                                            "configs": [[0.0] * 24]})  # fmt: skip
+        await client.put(f"/v1/graphs?model=junk{i}", json=graph_json(kernel))
+    text = (await client.get("/metrics")).text
+    assert "bogus" not in text and "junk" not in text
+    labels = {"route": "/v1/rank", "method": "POST", "model": "unknown"}
+    assert metric(text, "costmodel_request_duration_seconds_count", **labels) == 3
+    r = await client.put("/v1/graphs?model=tile", json=graph_json(kernel))
+    assert r.status_code == 200
+    text = (await client.get("/metrics")).text
+    labels = {"route": "/v1/graphs", "method": "PUT", "model": "tile"}
+    assert metric(text, "costmodel_request_duration_seconds_count", **labels) == 1

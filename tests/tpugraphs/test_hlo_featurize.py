@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -56,11 +55,9 @@ def test_unet_reproduces_the_real_layout_file(
     assert (opcodes.count(26), opcodes.count(75)) == (53, 9)  # convolutions, reshapes
 
 
-def test_unet_featurizes_well_under_a_second(unet_text: str) -> None:
-    started = time.perf_counter()
-    featurize_hlo(unet_text)
-    # ~0.15 s here; the loose bound only catches an accidental quadratic slowdown.
-    assert time.perf_counter() - started < 3.0
+def test_unet_featurizes(unet_text: str) -> None:
+    """Completes (speed is measured in benchmarks, not asserted here)."""
+    assert featurize_hlo(unet_text).num_nodes == 3163
 
 
 def test_unet_node_names_follow_node_order(unet_text: str) -> None:

@@ -84,6 +84,7 @@ def _write(tmp_path: Path, arrays: dict[str, np.ndarray]) -> Path:
          "no configs"),
         (lambda a: a["config_runtime_normalizers"].__setitem__(0, 0),
          "config_runtime_normalizers", "> 0"),
+        (lambda a: a["config_runtime"].__setitem__(3, 0), "config_runtime", "all > 0"),
     ],
 )  # fmt: skip
 def test_bad_files_name_file_key_and_problem(
@@ -152,3 +153,24 @@ def test_npz_roundtrip_through_bytes(shared_data: Path) -> None:
     with np.load(io.BytesIO(buf.getvalue()), allow_pickle=False) as d:
         g = make_graph(d["node_feat"], d["node_opcode"], d["edge_index"])
     assert g.num_nodes == 31
+
+
+def test_file_collection_and_file_graph_name_an_unreadable_file(tmp_path: Path) -> None:
+    from tpugraphs.reader import file_collection, file_graph
+
+    path = tmp_path / "broken.npz"
+    path.write_bytes(b"not a zip")
+    for read in (file_collection, file_graph):
+        with pytest.raises(GraphFormatError, match="cannot read npz") as info:
+            read(path)
+        assert str(path) in str(info.value)
+
+
+def test_file_graph_is_the_loaded_graphs_id(shared_data: Path) -> None:
+    from tpugraphs.graph_id import graph_id
+    from tpugraphs.reader import file_graph
+
+    for rel in (FUSION, "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"):
+        g = load_npz(shared_data / rel).graph
+        gid = graph_id(g.node_feat, g.node_opcode, g.edge_index, g.node_config_ids)
+        assert file_graph(shared_data / rel) == (gid, True)
