@@ -16,10 +16,12 @@ import numpy as np
 import numpy.typing as npt
 
 from clients.errors import CostModelError, ProtocolError
-from clients.npz import read_npz
 from clients.payloads import NPZ
+from tpugraphs.npz import NpzError, read_npz
 
 JSON = "application/json"
+# A rank answer for 100k configs is ~2 MB; this leaves room for far larger batches.
+MAX_ANSWER_BYTES = 1 << 30
 CacheTier = Literal["memory", "redis", "miss"]
 
 
@@ -219,9 +221,9 @@ def _int_array(body: Mapping[str, Any], key: str) -> npt.NDArray[np.int64]:
 def _npz_answer(response: httpx.Response) -> _RankAnswer:
     """``Accept: application/x-npz``: the arrays in an npz, the rest in headers."""
     try:
-        found = read_npz(response.content)
+        found = read_npz(response.content, MAX_ANSWER_BYTES)
         arrays = {key: found[key] for key in ("ranking", "scores", "top_k")}
-    except (ProtocolError, KeyError) as exc:
+    except (NpzError, KeyError) as exc:
         raise ProtocolError(
             f"rank answer: not an npz of ranking, scores and top_k ({exc})"
         ) from None

@@ -23,10 +23,11 @@ from service.core.raw_configs import RawConfigs
 from service.errors import (
     InvalidRequest,
     MalformedBody,
+    PayloadTooLarge,
     UnsupportedMediaType,
 )
-from service.npz import read_npz
 from service.schemas import HLO_MEDIA_TYPE, NPZ_MEDIA_TYPE, GraphIn, RankIn
+from tpugraphs.npz import NpzError, NpzTooLarge, read_npz
 
 JSON_MEDIA_TYPE = "application/json"
 CONFIG_KEYS = ("config_feat", "node_config_feat")
@@ -200,7 +201,12 @@ def _json_rank_graph(req: RankIn, nbytes: int) -> RawGraph | HloText | None:
 
 def load_npz(body: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
     """Arrays of an npz body: no pickles, and a bound on the decompressed size."""
-    return read_npz(body, max_decoded)
+    try:
+        return read_npz(body, max_decoded)
+    except NpzTooLarge as exc:
+        raise PayloadTooLarge(str(exc), "body") from None
+    except NpzError as exc:
+        raise MalformedBody(f"not a readable npz archive: {exc}") from None
 
 
 def _npz_split(arrays: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, Any]:

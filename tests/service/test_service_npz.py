@@ -16,9 +16,10 @@ from servicekit import NPZ, graph_npz
 import service.codecs
 import service.core.ranker
 from service.codecs import Params, decode_upload, prefers_npz
+from service.codecs import load_npz as read_npz
 from service.core.inputs import INLINE_BYTES, RawGraph
 from service.errors import MalformedBody, PayloadTooLarge
-from service.npz import read_npz
+from tpugraphs import npz as tpugraphs_npz
 from tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio
@@ -101,7 +102,7 @@ async def test_npz_bodies_are_decoded_off_the_event_loop(
 
     def spy(body: bytes, max_decoded: int) -> dict[str, Any]:
         threads.append(threading.current_thread() is threading.main_thread())
-        return read_npz(body, max_decoded)
+        return tpugraphs_npz.read_npz(body, max_decoded)
 
     monkeypatch.setattr(service.codecs, "read_npz", spy)
     body = graph_npz(kernel)

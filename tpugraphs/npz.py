@@ -1,11 +1,11 @@
-"""Reading an npz body without trusting it: no pickles, no allocation it cannot back.
+"""Reading npz bytes without trusting them: no pickles, no allocation they cannot back.
 
 ``np.load`` allocates an array from its ``.npy`` header's shape before reading a byte
 of data, so a few hundred bytes claiming ``(10**13,)`` float64 would ask for 80 TB.
 Each member's header is read first and its size checked against what the zip says
 the member holds uncompressed, which the zip reader enforces (it stops there, and
-checks the CRC). ``clients.npz`` is the client's twin: the client may not import
-the service, and neither may import the other's errors.
+checks the CRC). The service reads request bodies and the client reads npz answers
+with this one function; each maps ``NpzError`` into its own error tree.
 """
 
 from __future__ import annotations
@@ -17,27 +17,30 @@ from typing import IO, Any
 
 import numpy as np
 
-from service.errors import MalformedBody, PayloadTooLarge
+
+class NpzError(ValueError):
+    """Not an npz of plain ``.npy`` arrays, or one whose headers lie."""
 
 
-def read_npz(body: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
-    """The arrays of an npz body, keyed as ``np.load`` keys them (no ``.npy``).
+class NpzTooLarge(NpzError):
+    """It would decode to more than the caller's limit."""
 
-    ``PayloadTooLarge`` when it would decode to more than ``max_decoded`` bytes;
-    ``MalformedBody`` for anything that is not an npz of plain ``.npy`` arrays.
-    """
+
+def read_npz(data: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
+    """The arrays of an npz, keyed as ``np.load`` keys them (without ``.npy``)."""
     try:
-        with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = archive.infolist()
             decoded = sum(info.file_size for info in members)
             if decoded > max_decoded:
-                raise PayloadTooLarge(
-                    f"npz holds {decoded} bytes uncompressed (limit {max_decoded})",
-                    "body",
+                raise NpzTooLarge(
+                    f"npz holds {decoded} bytes uncompressed (limit {max_decoded})"
                 )
             return {_key(info): _member(archive, info) for info in members}
+    except NpzError:
+        raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise MalformedBody(f"not a readable npz archive: {exc}") from None
+        raise NpzError(str(exc)) from None
 
 
 def _key(info: zipfile.ZipInfo) -> str:
@@ -52,10 +55,9 @@ def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray[Any, 
     if claimed > info.file_size:
         # The header may not promise more than the member holds: np.load would
         # allocate ``claimed`` bytes first and only then find the data short.
-        raise MalformedBody(
+        raise NpzError(
             f"npz member {info.filename!r} claims shape {list(shape)} of {dtype} "
-            f"({claimed} bytes) but holds {info.file_size} bytes",
-            "body",
+            f"({claimed} bytes) but holds {info.file_size} bytes"
         )
     with archive.open(info) as fp:
         return np.lib.format.read_array(fp, allow_pickle=False)
@@ -68,7 +70,7 @@ def _header(fp: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any]]:
     elif version == (2, 0):
         shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
     else:
-        raise ValueError(f"unsupported .npy format version {version}")
+        raise NpzError(f"unsupported .npy format version {version}")
     if dtype.hasobject:
-        raise ValueError(f"object arrays are not accepted (dtype {dtype})")
+        raise NpzError(f"object arrays are not accepted (dtype {dtype})")
     return tuple(shape), dtype
