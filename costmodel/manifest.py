@@ -25,6 +25,10 @@ from tpugraphs.errors import GraphFormatError
 MANIFEST_FORMAT: Final = "costmodel-artifact/1"
 MANIFEST_FILE = "manifest.json"
 CONFIG_INPUT = {"tile": "config_feat", "layout": "node_config_feat"}
+# The hardware a model's training runtimes were measured on. Runtimes from different
+# targets are never mixed (feedback, adaptation, export are all keyed by it).
+TARGET_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"
+TPU_TARGET: Final = "tpu-v3"  # every TpuGraphs runtime was measured on a TPU v3
 
 
 class TensorSpec(BaseModel):
@@ -50,6 +54,9 @@ class Manifest(BaseModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
     collection: Literal["tile", "layout"]
     version: str = Field(pattern=r"^[0-9]+$")
+    target: str = Field(
+        pattern=TARGET_PATTERN, description="hardware its runtimes were measured on"
+    )
     created: str
     opset: int
     feature_dims: dict[str, int]

@@ -24,6 +24,7 @@ from torch.export import Dim
 
 from costmodel.manifest import (
     CONFIG_INPUT,
+    TPU_TARGET,
     GraphSpec,
     Manifest,
     TensorSpec,
@@ -139,6 +140,7 @@ def export_artifact(
     out_dir: Path,
     name: str | None = None,
     version: str | None = None,
+    target: str = TPU_TARGET,
 ) -> Manifest:
     """Export, write the manifest, then measure the artifact itself (onnxruntime) on the
     validation files and store that report as the manifest's ``metrics``. When early
@@ -152,6 +154,7 @@ def export_artifact(
         name=name or collection,
         collection=collection,
         version=version or (out_dir.name if out_dir.name.isdigit() else "1"),
+        target=target,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         opset=OPSET,
         feature_dims=feature_dims(result.model),

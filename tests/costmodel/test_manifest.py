@@ -33,6 +33,7 @@ def _manifest(
         name="tile",
         collection="tile",
         version="3",
+        target="tpu-v3",
         created="2026-11-22T00:00:00Z",
         opset=18,
         feature_dims={"node_feat": 140},
