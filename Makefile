@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: serve test test-fast lint train bench bench-quick redis-server clean
+.PHONY: serve test test-fast lint train bench bench-quick redis-server postgresql clean
 
 # The service needs no torch: `make serve` installs the runtime dependencies only.
 $(VENV)/.serve-deps: pyproject.toml
@@ -32,7 +32,17 @@ redis-server:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server missing"; exit 1; }
 
-test: $(VENV)/.all-deps redis-server
+# Tests start their own PostgreSQL cluster (initdb + postgres on a free port); Debian
+# keeps the server binaries in /usr/lib/postgresql/<major>/bin, off PATH.
+PG_INITDB = command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+postgresql:
+	@$(PG_INITDB) || { \
+	  echo "installing postgresql"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+	@$(PG_INITDB) || { echo "postgresql (initdb) missing"; exit 1; }
+
+test: $(VENV)/.all-deps redis-server postgresql
 	$(BIN)/pytest
 
 lint: $(VENV)/.all-deps

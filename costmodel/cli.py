@@ -8,6 +8,7 @@ time, and none of them imports torch until it runs.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import typer
 
@@ -22,6 +23,14 @@ COMMANDS = {
     "bench": "benchmarks.cli:bench",
 }
 
+# group name -> (help, {command name -> "module:function"})
+GROUPS = {
+    "dataset": (
+        "Datasets from the measurement database.",
+        {"export": "costmodel.dataset:export"},
+    ),
+}
+
 
 def build_app() -> typer.Typer:
     app = typer.Typer(
@@ -32,10 +41,18 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     for name, target in COMMANDS.items():
-        module_name, func_name = target.split(":")
-        module = importlib.import_module(module_name)
-        app.command(name)(getattr(module, func_name))
+        app.command(name)(_load(target))
+    for group, (help_text, commands) in GROUPS.items():
+        sub = typer.Typer(name=group, help=help_text, no_args_is_help=True)
+        for name, target in commands.items():
+            sub.command(name)(_load(target))
+        app.add_typer(sub, name=group)
     return app
+
+
+def _load(target: str) -> Any:
+    module_name, func_name = target.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
 
 
 def main() -> None:

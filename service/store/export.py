@@ -1,0 +1,135 @@
+"""Measurements as TpuGraphs npz files, so ``costmodel train`` learns from them.
+
+One file per (collection, target, graph): ``<out>/<collection>/<target>/<graph>.npz``,
+with the graph's arrays in their canonical dtypes and one config per distinct measured
+config. A config measured several times gets the median of its runtimes (rounded to
+whole ns): measurements repeat and the median shrugs off one noisy run.
+
+Tile files also need ``config_runtime_normalizers``, in TpuGraphs the runtime of the
+kernel's default tile config. The store does not know which config is the default,
+so every config gets the graph's fastest (median) runtime: targets become slowdowns
+relative to the best measured config (>= 1), and the ranking, which is all training
+uses, is the same as with any constant normaliser.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.store.records import Measured, StoredGraph
+from service.store.store import MeasurementStore
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class ExportedFile:
+    path: Path
+    collection: str
+    target: str
+    graph_id: str
+    configs: int  # distinct configs written
+    measurements: int  # rows they summarise
+
+
+@dataclass(frozen=True)
+class Skipped:
+    collection: str
+    target: str
+    graph_id: str
+    reason: str
+
+
+def export_dataset(
+    store: MeasurementStore,
+    out: Path,
+    collection: str | None = None,
+    target: str | None = None,
+) -> Iterator[ExportedFile | Skipped]:
+    """Write one npz per measured (collection, target, graph); yields what it did."""
+    for coll, tgt, graph_id in store.keys(collection, target):
+        graph = store.load_graph(graph_id)
+        if graph is None:  # unreachable with the foreign key; kept for clarity
+            yield Skipped(coll, tgt, graph_id, "graph not stored")
+            continue
+        measured = store.measurements(coll, tgt, graph_id)
+        try:
+            arrays, configs = dataset_arrays(graph, measured)
+        except ValueError as exc:
+            yield Skipped(coll, tgt, graph_id, str(exc))
+            continue
+        path = out / _component(coll) / _component(tgt) / f"{graph_id}.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".npz.tmp")
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
+        tmp.replace(path)  # a reader never sees half a file
+        yield ExportedFile(path, coll, tgt, graph_id, configs, len(measured))
+
+
+def dataset_arrays(
+    graph: StoredGraph, measured: Measured
+) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
+    """(TpuGraphs arrays, number of distinct configs) of one graph's measurements."""
+    g = graph.arrays
+    layout = "node_config_ids" in g
+    if len(measured) == 0:
+        raise ValueError("no measurements")
+    configs, runtimes = _median_per_config(measured.configs, measured.runtimes_ns)
+    arrays: dict[str, np.ndarray[Any, Any]] = {
+        "node_feat": np.asarray(g["node_feat"], dtype=np.float32),
+        "node_opcode": np.asarray(g["node_opcode"], dtype=np.uint8),
+        "edge_index": np.asarray(g["edge_index"], dtype=np.int64).reshape(-1, 2),
+        "config_runtime": runtimes,
+    }
+    if layout:
+        ids = np.asarray(g["node_config_ids"], dtype=np.int64)
+        if configs.ndim != 3 or configs.shape[1:] != (ids.shape[0], 18):
+            raise ValueError(
+                f"layout configs of shape {list(configs.shape[1:])} do not match "
+                f"{ids.shape[0]} configurable nodes x 18"
+            )
+        arrays["node_config_ids"] = ids
+        arrays["node_config_feat"] = configs
+        if "node_splits" in g:  # files hold it as [1,S]
+            arrays["node_splits"] = np.asarray(g["node_splits"], np.int64).reshape(
+                1, -1
+            )
+    else:
+        if configs.ndim != 2 or configs.shape[1] != 24:
+            raise ValueError(
+                f"tile configs of shape {list(configs.shape[1:])} are not [24]"
+            )
+        arrays["config_feat"] = configs
+        arrays["config_runtime_normalizers"] = np.full_like(runtimes, runtimes.min())
+    return arrays, int(configs.shape[0])
+
+
+def _median_per_config(
+    configs: np.ndarray[Any, Any], runtimes: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Distinct configs in first-measured order, each with its median runtime."""
+    flat = np.ascontiguousarray(configs.reshape(configs.shape[0], -1))
+    _, first, inverse = np.unique(flat, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(first)  # groups in first-seen order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    group = rank[inverse]
+    by_group = np.argsort(group, kind="stable")
+    bounds = np.flatnonzero(np.diff(group[by_group])) + 1
+    medians = [np.median(part) for part in np.split(runtimes[by_group], bounds)]
+    out = np.rint(np.array(medians, dtype=np.float64)).astype(np.int64)
+    return np.ascontiguousarray(configs[np.sort(first)], dtype=np.float32), out
+
+
+def _component(name: str) -> str:
+    """A collection or target as one safe path component."""
+    safe = _UNSAFE.sub("_", name)
+    return "_" + safe if safe in ("", ".", "..") or safe.startswith(".") else safe

@@ -1,0 +1,267 @@
+"""``MeasurementStore``: graphs and measured runtimes in SQLite or PostgreSQL.
+
+One code path for both databases (SQLAlchemy Core; dialect details live in
+``engine.py``). Every method blocks and is safe to call from many threads at once:
+each call checks a connection out of the engine's pool for one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine, Table, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import Insert
+
+from service.store import codec
+from service.store.engine import WRITE, create_store_engine
+from service.store.errors import (
+    IdempotencyConflict,
+    StoreError,
+    UnknownGraph,
+    translated,
+)
+from service.store.migrate import check_current, upgrade
+from service.store.records import AddResult, Measured, MeasurementBatch, StoredGraph
+from service.store.schema import feedback_keys, graphs, measurements
+
+
+class MeasurementStore:
+    """Open with ``MeasurementStore.open(url)``; ``close()`` when done."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._writer = engine.execution_options(**{WRITE: True})
+        self._dialect = engine.dialect.name
+
+    @classmethod
+    def open(cls, url: str, *, migrate: bool = True) -> MeasurementStore:
+        """Connect to ``url`` and bring its schema to head (or check it is there)."""
+        engine = create_store_engine(url)
+        try:
+            where = engine.url.render_as_string(hide_password=True)
+            with translated(engine.dialect.name, f"opening {where}"):
+                upgrade(engine) if migrate else check_current(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._dialect
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for tools and tests)."""
+        return self._engine
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` unless the database answers a query."""
+        with self._transaction("ping") as conn:
+            conn.execute(select(1)).scalar_one()
+
+    def save_graph(
+        self, graph_id: str, collection: str, arrays: Mapping[str, np.ndarray[Any, Any]]
+    ) -> bool:
+        """Store a graph once (content-addressed); True if it was new."""
+        if "node_feat" not in arrays:
+            raise ValueError("graph arrays need node_feat")
+        if self.has_graph(graph_id):  # skip compressing a graph we already hold
+            return False
+        row = {
+            "graph_id": graph_id,
+            "collection": collection,
+            "arrays": codec.encode_graph(arrays),
+            "num_nodes": int(np.shape(arrays["node_feat"])[0]),
+            "first_seen": datetime.now(UTC),
+        }
+        with self._transaction("saving a graph", write=True) as conn:
+            inserted = conn.execute(self._insert_ignore(graphs, "graph_id"), row)
+            return inserted.first() is not None
+
+    def has_graph(self, graph_id: str) -> bool:
+        query = select(graphs.c.graph_id).where(graphs.c.graph_id == graph_id)
+        with self._transaction("reading a graph") as conn:
+            return conn.execute(query).first() is not None
+
+    def load_graph(self, graph_id: str) -> StoredGraph | None:
+        query = select(graphs.c.collection, graphs.c.arrays, graphs.c.first_seen).where(
+            graphs.c.graph_id == graph_id
+        )
+        with self._transaction("reading a graph") as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            return None
+        arrays = codec.decode_graph(bytes(row.arrays))
+        return StoredGraph(graph_id, row.collection, arrays, row.first_seen)
+
+    def add_measurements(self, batch: MeasurementBatch) -> AddResult:
+        """Store a batch in one transaction, idempotently when it carries a key.
+
+        Raises ``UnknownGraph`` (save the graph first), ``IdempotencyConflict`` (the
+        key came before with another request hash), ``ValueError`` for a malformed
+        batch, ``StoreUnavailable`` when the database cannot take it.
+        """
+        batch.validate()
+        rows = _measurement_rows(batch)
+        with self._transaction("storing measurements", write=True) as conn:
+            if batch.idempotency_key is not None:
+                seen = _replay(conn, batch)
+                if seen is not None:
+                    return seen
+            if not _graph_exists(conn, batch.graph_id):
+                raise UnknownGraph(f"graph {batch.graph_id} is not stored")
+            if batch.idempotency_key is not None:
+                key_row = {
+                    "key": batch.idempotency_key,
+                    "request_hash": batch.request_hash or "",
+                    "response": json.dumps(batch.response),
+                    "created": datetime.now(UTC),
+                }
+                inserted = conn.execute(
+                    self._insert_ignore(feedback_keys, "key"), key_row
+                )
+                if inserted.first() is None:  # a concurrent request won the race
+                    seen = _replay(conn, batch)
+                    if seen is None:
+                        raise StoreError("idempotency key vanished during a race")
+                    return seen
+            conn.execute(measurements.insert(), rows)
+        return AddResult(stored=len(rows), duplicate=False, response=None)
+
+    def generation(
+        self, collection: str, target: str, graph_id: str
+    ) -> tuple[int, int]:
+        """(count, max id) of the measurements of a key: changes whenever rows are
+        added; an index-only scan."""
+        m = measurements.c
+        query = select(func.count(), func.coalesce(func.max(m.id), 0)).where(
+            m.collection == collection, m.target == target, m.graph_id == graph_id
+        )
+        with self._transaction("reading measurements") as conn:
+            count, top = conn.execute(query).one()
+        return int(count), int(top)
+
+    def measurements(
+        self, collection: str, target: str, graph_id: str, limit: int | None = None
+    ) -> Measured:
+        """The measurements of a key in id order; with ``limit``, the newest ones."""
+        m = measurements.c
+        query = (
+            select(
+                m.id, m.config, m.config_dtype, m.config_shape, m.runtime_ns, m.score
+            )
+            .where(
+                m.collection == collection, m.target == target, m.graph_id == graph_id
+            )
+            .order_by(m.id.desc())
+        )
+        if limit is not None:
+            query = query.limit(max(0, limit))
+        with self._transaction("reading measurements") as conn:
+            rows = list(reversed(conn.execute(query).all()))
+        configs = codec.decode_configs(
+            [bytes(r.config) for r in rows],
+            [r.config_dtype for r in rows],
+            [r.config_shape for r in rows],
+        )
+        scores = [math.nan if r.score is None else r.score for r in rows]
+        return Measured(
+            configs=configs,
+            runtimes_ns=np.array([r.runtime_ns for r in rows], dtype=np.int64),
+            scores=np.array(scores, dtype=np.float32),
+            ids=np.array([r.id for r in rows], dtype=np.int64),
+        )
+
+    def keys(
+        self, collection: str | None = None, target: str | None = None
+    ) -> list[tuple[str, str, str]]:
+        """Distinct (collection, target, graph_id) that have measurements, sorted."""
+        m = measurements.c
+        query = select(m.collection, m.target, m.graph_id).distinct()
+        if collection is not None:
+            query = query.where(m.collection == collection)
+        if target is not None:
+            query = query.where(m.target == target)
+        query = query.order_by(m.collection, m.target, m.graph_id)
+        with self._transaction("listing measurements") as conn:
+            return [(r[0], r[1], r[2]) for r in conn.execute(query)]
+
+    @contextmanager
+    def _transaction(self, action: str, *, write: bool = False) -> Iterator[Connection]:
+        """A transaction on a pooled connection; database errors become StoreErrors.
+        Writes on SQLite begin IMMEDIATE (take the write lock first)."""
+        engine = self._writer if write else self._engine
+        with translated(self._dialect, action), engine.begin() as conn:
+            yield conn
+
+    def _insert_ignore(self, table: Table, key: str) -> Insert:
+        """INSERT ... ON CONFLICT (key) DO NOTHING RETURNING key: no row back when
+        the key existed (rowcount is not reliable for an insert on every driver)."""
+        dialect_insert = (
+            postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+        )
+        statement = dialect_insert(table).on_conflict_do_nothing(index_elements=[key])
+        return statement.returning(table.c[key])
+
+
+def _measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
+    blobs, dtype, shape = codec.encode_configs(np.asarray(batch.configs))
+    runtimes = np.asarray(batch.runtimes_ns, dtype=np.int64).tolist()
+    if batch.scores is None:
+        scores: list[float | None] = [None] * len(blobs)
+    else:
+        scores = [
+            None if math.isnan(s) else s
+            for s in np.asarray(batch.scores, dtype=np.float64).tolist()
+        ]
+    now = datetime.now(UTC)
+    common = {
+        "time": now,
+        "model": batch.model,
+        "model_version": batch.model_version,
+        "collection": batch.collection,
+        "target": batch.target,
+        "graph_id": batch.graph_id,
+        "config_dtype": dtype,
+        "config_shape": shape,
+        "request_id": batch.request_id,
+        "source": batch.source,
+    }
+    return [
+        {**common, "config": blob, "runtime_ns": rt, "score": score}
+        for blob, rt, score in zip(blobs, runtimes, scores, strict=True)
+    ]
+
+
+def _graph_exists(conn: Connection, graph_id: str) -> bool:
+    query = select(graphs.c.graph_id).where(graphs.c.graph_id == graph_id)
+    return conn.execute(query).first() is not None
+
+
+def _replay(conn: Connection, batch: MeasurementBatch) -> AddResult | None:
+    """The stored answer if the batch's key was seen (None if not); a different
+    request under the same key is an ``IdempotencyConflict``."""
+    query = select(feedback_keys.c.request_hash, feedback_keys.c.response).where(
+        feedback_keys.c.key == batch.idempotency_key
+    )
+    row = conn.execute(query).first()
+    if row is None:
+        return None
+    if row.request_hash != (batch.request_hash or ""):
+        raise IdempotencyConflict(
+            f"idempotency key {batch.idempotency_key!r} was used for a different request"
+        )
+    response = json.loads(row.response) if row.response is not None else None
+    return AddResult(stored=0, duplicate=True, response=response)
