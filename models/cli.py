@@ -7,6 +7,12 @@ and the service does not need torch. Several paths are given by repeating the op
 
     costmodel train --collection tile --data <dataset>/npz/tile/xla/train \\
         --valid <dataset>/npz/tile/xla/valid --out runs/tile/1
+
+``--init ARTIFACT_DIR`` fine-tunes a served artifact on the new files instead of
+training from scratch (``models.finetune``)::
+
+    costmodel train --collection tile --data measured/ --init models/artifacts/tile/1 \\
+        --out models/artifacts/tile/2
 """
 
 from __future__ import annotations
@@ -15,9 +21,13 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from models.finetune import InitArtifact
+    from models.network import ModelConfig
 
 
 class CollectionName(StrEnum):
@@ -31,6 +41,11 @@ VALID_HELP = (
     "copies with the same graph id) are not trained on. Default: hold out 20% of the "
     "labelled training graphs, chosen by sha256 of their file names."
 )
+INIT_HELP = (
+    "Fine-tune this artifact (manifest.json + onnx) instead of starting from scratch: "
+    "same collection, its architecture, name and target; the manifest's training.init "
+    "names it."
+)
 
 
 def train(
@@ -40,26 +55,46 @@ def train(
     ],
     out: Annotated[Path, typer.Option(help=OUT_HELP)],
     valid: Annotated[list[Path] | None, typer.Option(help=VALID_HELP)] = None,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs (early stopping).")] = 30,
+    epochs: Annotated[
+        int, typer.Option(min=0, help="Maximum epochs (early stopping).")
+    ] = 30,
     seed: Annotated[int, typer.Option(help="Seed for torch, numpy and random.")] = 0,
     batch_configs: Annotated[int, typer.Option(help="Configs ranked per step.")] = 64,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 2e-3,
-    hidden: Annotated[int, typer.Option(help="Node state width.")] = 64,
-    layers: Annotated[int, typer.Option(help="Message-passing rounds.")] = 3,
+    hidden: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Node state width (default 64; --init: the artifact's)."
+        ),
+    ] = None,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Message-passing rounds (default 3; --init: the artifact's)."
+        ),
+    ] = None,
     patience: Annotated[int, typer.Option(help="Epochs without improvement.")] = 8,
+    init: Annotated[Path | None, typer.Option(help=INIT_HELP)] = None,
 ) -> None:
-    """Train a tile or layout cost model on CPU, then export it to --out."""
+    """Train a tile or layout cost model on CPU (from scratch, or fine-tuning --init),
+    then export it to --out."""
     from rich.console import Console
 
     from models.checkpoint import save_checkpoint
     from models.data import collection_files, holdout_split, without_graphs_of
     from models.evaluate import format_table
     from models.export import export_artifact
-    from models.network import ModelConfig
+    from models.finetune import InitError, check_out, finetune
     from models.train import TrainConfig, fit
 
     name = collection.value
     console = Console(stderr=True)
+    try:
+        model, start = _architecture(name, init, hidden=hidden, layers=layers)
+        if start is not None:
+            check_out(start, out)
+    except InitError as exc:
+        _fail(str(exc))
     train_files = collection_files(data, name)
     if valid:
         valid_files = collection_files(valid, name)
@@ -71,18 +106,45 @@ def train(
             )
     else:
         train_files, valid_files = holdout_split(train_files)
-    model = ModelConfig(name, hidden=hidden, layers=layers)  # type: ignore[arg-type]
     cfg = TrainConfig(name, epochs=epochs, seed=seed, lr=lr, batch_configs=batch_configs,  # type: ignore[arg-type]
                       patience=patience, model=model)  # fmt: skip
     console.print(
         f"{name}: {len(train_files)} training files, {len(valid_files)} validation"
     )
-    result = fit(train_files, valid_files, cfg, out, console)
-    save_checkpoint(result, out)
-    manifest = export_artifact(result, out)
+    if start is not None:
+        console.print(f"fine-tuning {start.path} (weights from {start.weights})")
+        try:
+            manifest = finetune(start, train_files, valid_files, cfg, out, console)
+        except InitError as exc:
+            _fail(str(exc))
+    else:
+        result = fit(train_files, valid_files, cfg, out, console)
+        save_checkpoint(result, out)
+        manifest = export_artifact(result, out)
     console.print(f"wrote {out} ({manifest.name} v{manifest.version})")
     if manifest.metrics:
         print(format_table(manifest.metrics))
+
+
+def _architecture(
+    name: str, init: Path | None, **given: int | None
+) -> tuple[ModelConfig, InitArtifact | None]:
+    """The network to train and, with --init, the artifact it starts from (whose
+    architecture wins; an architecture flag given explicitly must agree with it)."""
+    from models.finetune import architecture, load_init
+    from models.network import ModelConfig
+
+    if init is None:
+        chosen = {k: v for k, v in given.items() if v is not None}
+        return ModelConfig(name, **chosen), None  # type: ignore[arg-type]
+    start = load_init(init, name)
+    return architecture(start, **given), start
+
+
+def _fail(message: str) -> NoReturn:
+    """One ``error: ...`` line on stderr, exit status 2 (as for a bad option)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
 
 
 def evaluate(

@@ -12,6 +12,11 @@ better; layout: Kendall tau, higher is better) is kept, and training stops after
 ``patience`` epochs without improvement. With no validation files, no rankable
 validation graph (a warning), or ``early_stopping=False``, it runs every epoch and keeps
 the last.
+
+Fine-tuning (``fit(..., init=model)``, see ``models.finetune``) starts from a copy of a
+trained network and keeps its normalisation statistics (its weights were learned on
+them). The starting network is a candidate too, as epoch 0: early stopping keeps it
+when no epoch beats it on validation, and ``epochs=0`` returns it unchanged.
 """
 
 from __future__ import annotations
@@ -239,8 +244,18 @@ def fit(
     cfg: TrainConfig,
     log_dir: Path,
     console: Console | None = None,
+    init: CostModel | None = None,
 ) -> TrainResult:
-    """Train on ``train_paths``, select on ``valid_paths``; logs go to ``log_dir``."""
+    """Train on ``train_paths``, select on ``valid_paths``; logs go to ``log_dir``.
+
+    ``init``: fine-tune a copy of this network (left untouched) instead of a fresh one
+    with statistics from ``train_paths``; its architecture must be ``cfg.model``.
+    """
+    if init is not None and init.cfg != cfg.model:
+        raise ValueError(
+            f"init network is {init.cfg.to_dict()}, the config asks for "
+            f"{cfg.model.to_dict()}"
+        )
     console = console or Console(stderr=True)
     set_seeds(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -248,8 +263,11 @@ def fit(
     train_store = ExampleStore(train_paths, cfg.collection, cfg.max_configs, cfg.seed)
     valid_store = ExampleStore(valid_paths, cfg.collection, cfg.max_configs, cfg.seed)
     stats, scan = _scan_and_stats(train_store, cfg)
-    model = CostModel(cfg.model)
-    install_stats(model, stats)
+    if init is None:
+        model = CostModel(cfg.model)
+        install_stats(model, stats)
+    else:
+        model = copy.deepcopy(init)
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
     )
@@ -266,6 +284,12 @@ def fit(
         console.print(f"[yellow]warning:[/] {message}")
         selecting = False
     best: tuple[float, int, dict[str, Any], dict[str, float | None]] | None = None
+    epoch, loss = 0, math.nan
+    if init is not None or cfg.epochs == 0:
+        metrics = validate(model, valid_store) if valid_paths else {}
+        score = selection_score(cfg.collection, metrics) if selecting else 0
+        best = (score, 0, copy.deepcopy(model.state_dict()), metrics)
+        _log_epoch(log_path, console, 0, None, metrics, True, 0.0)
     with _progress(console) as progress:
         task = progress.add_task(
             f"train {cfg.collection}", total=cfg.epochs * scan.steps
@@ -281,15 +305,8 @@ def fit(
             improved = best is None or score > best[0]
             if improved:
                 best = (score, epoch, copy.deepcopy(model.state_dict()), metrics)
-            line = {"epoch": epoch, "loss": loss, "valid": metrics, "best": improved,
-                    "seconds": round(time.monotonic() - t0, 3)}  # fmt: skip
-            with log_path.open("a") as f:
-                f.write(json.dumps(line) + "\n")
-            shown = " ".join(
-                f"{k}={v:.4g}" for k, v in metrics.items() if v is not None
-            )
-            star = " *" if improved else ""
-            progress.console.print(f"epoch {epoch:3d} loss={loss:.4f} {shown}{star}")
+            _log_epoch(log_path, progress.console, epoch, loss, metrics, improved,
+                       time.monotonic() - t0)  # fmt: skip
             if best is not None and epoch - best[1] >= cfg.patience:
                 progress.console.print(f"early stop: best epoch was {best[1]}")
                 break
@@ -313,11 +330,24 @@ def fit(
         "loss": "list_mle"
         if cfg.loss == "listmle"
         else f"pairwise_hinge(margin={cfg.margin})",
-        "final_train_loss": loss,
+        "final_train_loss": None if math.isnan(loss) else loss,
         "train_config": {k: v for k, v in asdict(cfg).items() if k != "model"},
         "model_config": cfg.model.to_dict(),
     }
     return TrainResult(model, summary, best[3])
+
+
+def _log_epoch(log_path: Path, console: Console, epoch: int, loss: float | None,
+               metrics: dict[str, float | None], improved: bool, seconds: float) -> None:  # fmt: skip
+    """One JSON line in ``train_log.jsonl`` and one console line (epoch 0: the start)."""
+    line = {"epoch": epoch, "loss": loss, "valid": metrics, "best": improved,
+            "seconds": round(seconds, 3)}  # fmt: skip
+    with log_path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if v is not None)
+    star = " *" if improved else ""
+    head = "start    " if loss is None else f"loss={loss:.4f}"
+    console.print(f"epoch {epoch:3d} {head} {shown}{star}")
 
 
 def _progress(console: Console) -> Progress:
