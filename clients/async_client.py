@@ -76,11 +76,13 @@ class AsyncCostModelClient(ClientCore):
         deadline: DeadlineArg = None,
         fallback: Sequence[int] | None = None,
         model_version: str | None = None,
+        target: str | None = None,
+        adapt: bool = True,
     ) -> RankResult:
         """See ``CostModelClient.rank``."""
         limit = self._deadline(deadline)  # client-side preparation counts too
         prepared, n, flow = self._prepare_rank(
-            model, graph, configs, top_k, model_version
+            model, graph, configs, top_k, model_version, target, adapt
         )
         try:
             return await self._run(flow, limit)
@@ -110,6 +112,7 @@ class AsyncCostModelClient(ClientCore):
         configs: Any | None = None,
         config_indices: Sequence[int] | None = None,
         model_version: str | None = None,
+        target: str | None = None,
         deadline: DeadlineArg = None,
     ) -> FeedbackResult:
         """See ``CostModelClient.feedback``."""
@@ -122,6 +125,7 @@ class AsyncCostModelClient(ClientCore):
             config_indices,
             model_version,
             self.known_graphs,
+            target,
         )
         return await self._run(flow, limit)
 
@@ -135,9 +139,9 @@ class AsyncCostModelClient(ClientCore):
             return False
 
     def session(
-        self, model: str, model_version: str | None = None
+        self, model: str, model_version: str | None = None, target: str | None = None
     ) -> AsyncTuningSession:
-        return AsyncTuningSession(self, model, model_version)
+        return AsyncTuningSession(self, model, model_version, target)
 
     async def _run(self, flow: Flow[T], deadline: Deadline) -> T:
         try:

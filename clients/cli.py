@@ -56,6 +56,19 @@ def replay(
         max=1.0,
         help="Fraction of each graph's configs to measure (at least one).",
     ),
+    rounds: int | None = typer.Option(
+        None,
+        "--rounds",
+        min=1,
+        help="Tune in rounds: each ranks the configs not measured yet, measures the "
+        "top --budget and sends them as feedback (the service adapts); reports the "
+        "learning curve against the model alone, random and a per-graph model.",
+    ),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="Hardware the runtimes are sent under (default: the model's target).",
+    ),
     json_: bool = typer.Option(
         False, "--json", help="Print one JSON object instead of a table."
     ),
@@ -76,7 +89,8 @@ def replay(
     stderr = Console(stderr=True)
     try:
         with CostModelClient(server, timeout=REPLAY_TIMEOUT) as client:
-            report = _run(Replayer(client, plan, model), paths, stderr)
+            replayer = Replayer(client, plan, model, rounds, target)
+            report = _run(replayer, paths, stderr)
     except CostModelError as exc:
         stderr.print(f"[red]replay failed:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -88,6 +102,8 @@ def replay(
         if not console.is_terminal:
             console = Console(width=100)
         console.print(render(report))
+        if report.round_means():
+            console.print(render_rounds(report))
         if report.feedback_unsupported:
             stderr.print(
                 "[yellow]note:[/yellow] the service has no /v1/feedback; none sent"
@@ -153,4 +169,20 @@ def render(report: ReplayReport) -> Table:
         notes.append("speedup '-': the file does not mark a default config (layout)")
     notes += [f"skipped {Path(s['file']).name}: {s['reason']}" for s in report.skipped]
     table.caption = "\n".join(notes)
+    return table
+
+
+def render_rounds(report: ReplayReport) -> Table:
+    """The learning curve: mean slowdown per round for each strategy."""
+    table = Table(title="learning curve: mean slowdown after each round")
+    for column in ("round", "measured", "adapted", "model+adapt", "model", "random",
+                   "per-graph"):  # fmt: skip
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in report.round_means():
+        table.add_row(
+            str(row["round"]), str(row["measured"]), f"{row['adapted']:.1f}",
+            _fmt(row["slowdown"]), _fmt(row["model_slowdown"]),
+            _fmt(row["random_slowdown"]), _fmt(row["per_graph_slowdown"]),
+        )  # fmt: skip
+    table.caption = "adapted = mean measurements the service's ranking used"
     return table

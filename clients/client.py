@@ -76,6 +76,8 @@ class CostModelClient(ClientCore):
         deadline: DeadlineArg = None,
         fallback: Sequence[int] | None = None,
         model_version: str | None = None,
+        target: str | None = None,
+        adapt: bool = True,
     ) -> RankResult:
         """Rank ``configs`` for ``graph``, best first.
 
@@ -91,7 +93,7 @@ class CostModelClient(ClientCore):
         """
         limit = self._deadline(deadline)  # client-side preparation counts too
         prepared, n, flow = self._prepare_rank(
-            model, graph, configs, top_k, model_version
+            model, graph, configs, top_k, model_version, target, adapt
         )
         try:
             return self._run(flow, limit)
@@ -122,6 +124,7 @@ class CostModelClient(ClientCore):
         configs: Any | None = None,
         config_indices: Sequence[int] | None = None,
         model_version: str | None = None,
+        target: str | None = None,
         deadline: DeadlineArg = None,
     ) -> FeedbackResult:
         """Report measured runtimes, for config rows or indices of the last rank request.
@@ -137,6 +140,7 @@ class CostModelClient(ClientCore):
             config_indices,
             model_version,
             self.known_graphs,
+            target,
         )
         return self._run(flow, limit)
 
@@ -150,9 +154,12 @@ class CostModelClient(ClientCore):
         except httpx.TransportError:
             return False
 
-    def session(self, model: str, model_version: str | None = None) -> TuningSession:
-        """A tuning session that pins the model version of its first answer."""
-        return TuningSession(self, model, model_version)
+    def session(
+        self, model: str, model_version: str | None = None, target: str | None = None
+    ) -> TuningSession:
+        """A tuning session that pins the model version of its first answer (and
+        ranks and reports for ``target``, default the model's)."""
+        return TuningSession(self, model, model_version, target)
 
     def _run(self, flow: Flow[T], deadline: Deadline) -> T:
         try:

@@ -117,7 +117,8 @@ _BY_STATUS: Mapping[int, type[CostModelError]] = {
 # Statuses where the same request may succeed later (500 is a bug: not retried).
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 # The subset where the service itself refused before acting (overloaded, not ready,
-# feedback log unwritable): the only ones safe to repeat for a non-idempotent call.
+# database unavailable): the only ones safe to repeat for a non-idempotent call
+# (feedback is idempotent: it carries an Idempotency-Key).
 # A 502/504 comes from a proxy that may have passed the request on before failing.
 NOTHING_DONE_STATUSES = frozenset({429, 503})
 

@@ -97,14 +97,15 @@ class ClientCore:
         configs: Any,
         top_k: int | None,
         version: str | None,
+        target: str | None = None,
+        adapt: bool = True,
     ) -> tuple[PreparedGraph, int, Flow[RankResult]]:
         prepared = prepare_graph(graph, configs)
         array = config_array(configs, prepared)
-        return (
-            prepared,
-            int(array.shape[0]),
-            rank_flow(model, prepared, array, top_k, version, self.known_graphs),
+        flow = rank_flow(
+            model, prepared, array, top_k, version, self.known_graphs, target, adapt
         )
+        return prepared, int(array.shape[0]), flow
 
 
 def fallback_or_raise(

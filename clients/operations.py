@@ -10,7 +10,9 @@ the ``KnownGraphs`` that decide whether a rank sends its graph by id or inline.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 import httpx
@@ -102,6 +104,8 @@ def rank_flow(
     top_k: int | None,
     version: str | None,
     known: KnownGraphs,
+    target: str | None = None,
+    adapt: bool = True,
 ) -> Flow[RankResult]:
     """POST /v1/rank: by graph id once ``known`` has it, else with the graph inline.
 
@@ -115,7 +119,8 @@ def rank_flow(
     n = int(configs.shape[0])
     accept = NPZ if n >= NPZ_ANSWER_MIN_CONFIGS else None
     by_id = (model, graph.graph_id) in known
-    first = _rank_call(model, graph, configs, top_k, version, by_id, accept)
+    opts = RankOptions(top_k, version, target, adapt, accept)
+    first = _rank_call(model, graph, configs, opts, by_id)
     uploaded = not by_id
     try:
         response = yield first
@@ -125,30 +130,37 @@ def rank_flow(
         known.discard(model, graph.graph_id)
         yield from upload_flow(model, graph, version)
         uploaded = True
-        again = (
-            first
-            if by_id
-            else _rank_call(model, graph, configs, top_k, version, True, accept)
-        )
+        again = first if by_id else _rank_call(model, graph, configs, opts, True)
         response = yield again
     result = parse_rank(response, graph.graph_id, n, uploaded)
     known.add(model, graph.graph_id)
     return result
 
 
+@dataclass(frozen=True)
+class RankOptions:
+    top_k: int | None
+    version: str | None
+    target: str | None
+    adapt: bool
+    accept: str | None
+
+
 def _rank_call(
     model: str,
     graph: PreparedGraph,
     configs: npt.NDArray[np.float32],
-    top_k: int | None,
-    version: str | None,
+    opts: RankOptions,
     by_id: bool,
-    accept: str | None,
 ) -> Call:
     graph_id = graph.graph_id if by_id else None
-    params = query(model=model, graph_id=graph_id, top_k=top_k, model_version=version)
+    params = query(
+        model=model, graph_id=graph_id, top_k=opts.top_k,
+        model_version=opts.version, target=opts.target,
+        adapt=None if opts.adapt else "false",
+    )  # fmt: skip
     body = configs_npz(configs, graph, inline=not by_id)
-    return Call("POST", "/v1/rank", params, body, NPZ, accept=accept)
+    return Call("POST", "/v1/rank", params, body, NPZ, accept=opts.accept)
 
 
 def _upload_helps(error: GraphNotFound | InvalidRequest, by_id: bool) -> bool:
@@ -166,16 +178,24 @@ def feedback_flow(
     config_indices: Sequence[int] | None,
     version: str | None,
     known: KnownGraphs | None = None,
+    target: str | None = None,
 ) -> Flow[FeedbackResult]:
-    """POST /v1/feedback (JSON). Not idempotent: a lost answer is not resent."""
-    body = {"model": model, "graph_id": graph.graph_id}
+    """POST /v1/feedback (JSON) with a fresh ``Idempotency-Key``: every resend of this
+    call carries the same key, so the service stores it once however often it is
+    resent (a lost answer, a 502, a timeout), and it is retried like a rank."""
+    body: dict[str, Any] = {"model": model, "graph_id": graph.graph_id}
     body.update(_measurements(graph, runtimes_ns, configs, config_indices))
     if version is not None:
         body["model_version"] = version
-    call = Call("POST", "/v1/feedback", {}, json_body(body), JSON, idempotent=False)
+    if target is not None:
+        body["target"] = target
+    call = Call(
+        "POST", "/v1/feedback", {}, json_body(body), JSON,
+        idempotency_key=uuid.uuid4().hex,
+    )  # fmt: skip
     try:
         response = yield call
-    except GraphNotFound:
+    except GraphNotFound:  # unknown to the service, or missing from its database
         yield from upload_flow(model, graph, version, known)
         response = yield call
     return parse_feedback(response)

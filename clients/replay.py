@@ -19,6 +19,11 @@ feedback, and compare with the truth. Definitions (also written into the report)
   at least 1; every K is capped at C.
 - ``mean`` is the arithmetic mean over graphs (``speedup`` means over the graphs
   that have a default; null if none do).
+- With ``rounds`` R (``clients.rounds``): R rounds of K each, feedback after every
+  round, so the service adapts to the measurements; the top-level numbers are those
+  after the last round (R * K measured), and ``rounds`` lists, per round, the mean
+  slowdown of the live loop, the model alone, random, and a per-graph model without
+  prior (a graph whose configs ran out keeps its last round's numbers).
 
 Pure logic only (``replay`` takes a client and a progress callback); rendering lives
 in ``clients.cli``.
@@ -39,6 +44,7 @@ import numpy as np
 from clients.client import CostModelClient
 from clients.errors import EndpointNotFound, InvalidRequest
 from clients.payloads import PreparedGraph, prepare_graph
+from clients.rounds import RoundScore, run_rounds
 from clients.session import TuningSession
 from tpugraphs.arrays import Sample
 from tpugraphs.errors import GraphFormatError
@@ -58,7 +64,13 @@ DEFINITIONS = {
     "measured_fraction": "K / number of configs; K = budget, or ceil(fraction * configs), "
     "at least 1, at most all configs",
     "mean": "arithmetic mean over graphs (speedups over graphs with a known default)",
+    "rounds": "per round r (r * K measured): slowdown = the live loop (model + "
+    "adaptation to the fed-back measurements); model_slowdown = the model's prior "
+    "top r*K; random_slowdown = exact expectation for r*K random configs; "
+    "per_graph_slowdown = a per-graph fit without prior on its own measurements "
+    "(random until 2 distinct configs are measured, seeded)",
 }
+ROUND_KEYS = ("slowdown", "model_slowdown", "random_slowdown", "per_graph_slowdown")
 MEAN_KEYS = (
     "slowdown",
     "speedup_vs_default",
@@ -156,10 +168,15 @@ class GraphReport:
     uploaded: bool
     feedback_stored: int | None  # None: the service has no feedback endpoint
     score: GraphScore
+    rounds: list[RoundScore] | None = None
+    adapted: int = 0  # measurements the service's (last) ranking was adapted to
 
     def to_json(self) -> dict[str, Any]:
-        head = {k: v for k, v in asdict(self).items() if k != "score"}
-        return {**head, **asdict(self.score)}
+        head = {k: v for k, v in asdict(self).items() if k not in ("score", "rounds")}
+        body = {**head, **asdict(self.score)}
+        if self.rounds is not None:
+            body["rounds"] = [asdict(r) for r in self.rounds]
+        return body
 
 
 @dataclass
@@ -179,13 +196,33 @@ class ReplayReport:
             out[key] = fmean(values) if values else None
         return out
 
+    def round_means(self) -> list[dict[str, Any]]:
+        """Per round, the mean of each strategy over graphs (carried forward)."""
+        per_graph = [g.rounds for g in self.graphs if g.rounds]
+        count = max((len(r) for r in per_graph), default=0)
+        out: list[dict[str, Any]] = []
+        for i in range(count):
+            at = [r[min(i, len(r) - 1)] for r in per_graph]
+            row: dict[str, Any] = {"round": i + 1, "measured": at[0].measured}
+            row.update({k: fmean(getattr(x, k) for x in at) for k in ROUND_KEYS})
+            row["adapted"] = fmean(x.adapted for x in at)
+            taus = [x.kendall_tau_unmeasured for x in at if x.kendall_tau_unmeasured]
+            if taus:
+                row["kendall_tau_unmeasured"] = {
+                    key: _mean_or_none([t[key] for t in taus]) for key in taus[0]
+                }
+            out.append(row)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         stored = [
             g.feedback_stored for g in self.graphs if g.feedback_stored is not None
         ]
+        rounds = self.round_means()
         return {
             "graphs": [g.to_json() for g in self.graphs],
             "mean": self.mean(),
+            **({"rounds": rounds} if rounds else {}),
             "skipped": self.skipped,
             "feedback": {
                 "supported": not self.feedback_unsupported,
@@ -199,15 +236,31 @@ class ReplayReport:
         }
 
 
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return fmean(present) if present else None
+
+
 class Replayer:
     """Runs the replay with one pinned ``TuningSession`` per model."""
 
     def __init__(
-        self, client: CostModelClient, budget: Budget, model: str | None = None
+        self,
+        client: CostModelClient,
+        budget: Budget,
+        model: str | None = None,
+        rounds: int | None = None,
+        target: str | None = None,
+        seed: int = 0,
     ) -> None:
+        if rounds is not None and rounds < 1:
+            raise ValueError("rounds must be >= 1")
         self.client = client
         self.budget = budget
         self.model = model
+        self.rounds = rounds
+        self.target = target
+        self.seed = seed
         self.report = ReplayReport()
         self._sessions: dict[str, TuningSession] = {}
         self._collections: dict[str, str] = {}
@@ -254,12 +307,27 @@ class Replayer:
         model = self.model_for(sample)
         if model is None:
             return self._skip(path, f"no loaded model for a {sample.collection} graph")
-        session = self._sessions.setdefault(model, self.client.session(model))
+        session = self._sessions.setdefault(
+            model, self.client.session(model, target=self.target)
+        )
         graph = prepare_graph(sample)
         k = self.budget.configs(sample.num_configs)
-        result = session.rank(graph, sample.configs, top_k=k)
-        score = score_graph(sample, result.ranking, k)
-        stored = self._feedback(session, graph, sample, score.measured)
+        played: list[RoundScore] | None = None
+        if self.rounds is None:
+            result = session.rank(graph, sample.configs, top_k=k)
+            score = score_graph(sample, result.ranking, k)
+            stored = self._feedback(session, graph, sample, score.measured)
+        else:
+            done = run_rounds(
+                sample, self.rounds, k,
+                lambda idx, adapt: session.rank(
+                    graph, sample.configs[list(idx)], adapt=adapt
+                ),
+                lambda picks: self._feedback(session, graph, sample, list(picks)),
+                self.seed,
+            )  # fmt: skip
+            result, played, stored = done.last, done.rounds, done.feedback_stored
+            score = score_graph(sample, done.measured, len(done.measured))
         self.report.graphs.append(
             GraphReport(
                 file=str(path),
@@ -271,6 +339,8 @@ class Replayer:
                 uploaded=result.uploaded,
                 feedback_stored=stored,
                 score=score,
+                rounds=played,
+                adapted=result.adapted,
             )
         )
 
@@ -306,6 +376,8 @@ def replay(
     budget: Budget,
     model: str | None = None,
     progress: Progress | None = None,
+    rounds: int | None = None,
+    target: str | None = None,
 ) -> ReplayReport:
     """Replay every file under ``paths`` (directories are walked for ``*.npz``)."""
-    return Replayer(client, budget, model).run(paths, progress)
+    return Replayer(client, budget, model, rounds, target).run(paths, progress)

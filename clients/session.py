@@ -26,9 +26,12 @@ Runtimes = Sequence[int] | np.ndarray[Any, Any]
 
 
 class _Pin:
-    def __init__(self, model: str, model_version: str | None) -> None:
+    def __init__(
+        self, model: str, model_version: str | None, target: str | None = None
+    ) -> None:
         self.model = model
         self.model_version = model_version
+        self.target = target  # the hardware this session measures on
 
     def _pin(self, result: RankResult) -> RankResult:
         if result.degraded:
@@ -47,9 +50,13 @@ class TuningSession(_Pin):
     """``client.session(model)``: ``rank``/``feedback`` with the model version pinned."""
 
     def __init__(
-        self, client: CostModelClient, model: str, model_version: str | None = None
+        self,
+        client: CostModelClient,
+        model: str,
+        model_version: str | None = None,
+        target: str | None = None,
     ) -> None:
-        super().__init__(model, model_version)
+        super().__init__(model, model_version, target)
         self.client = client
 
     def rank(
@@ -60,6 +67,7 @@ class TuningSession(_Pin):
         top_k: int | None = None,
         deadline: float | Deadline | None = None,
         fallback: Sequence[int] | None = None,
+        adapt: bool = True,
     ) -> RankResult:
         result = self.client.rank(
             self.model,
@@ -69,6 +77,8 @@ class TuningSession(_Pin):
             deadline=deadline,
             fallback=fallback,
             model_version=self.model_version,
+            target=self.target,
+            adapt=adapt,
         )
         return self._pin(result)
 
@@ -88,6 +98,7 @@ class TuningSession(_Pin):
             configs=configs,
             config_indices=config_indices,
             model_version=self.model_version,
+            target=self.target,
             deadline=deadline,
         )
 
@@ -96,9 +107,13 @@ class AsyncTuningSession(_Pin):
     """The asyncio twin of ``TuningSession``."""
 
     def __init__(
-        self, client: AsyncCostModelClient, model: str, model_version: str | None = None
+        self,
+        client: AsyncCostModelClient,
+        model: str,
+        model_version: str | None = None,
+        target: str | None = None,
     ) -> None:
-        super().__init__(model, model_version)
+        super().__init__(model, model_version, target)
         self.client = client
 
     async def rank(
@@ -109,6 +124,7 @@ class AsyncTuningSession(_Pin):
         top_k: int | None = None,
         deadline: float | Deadline | None = None,
         fallback: Sequence[int] | None = None,
+        adapt: bool = True,
     ) -> RankResult:
         result = await self.client.rank(
             self.model,
@@ -118,6 +134,8 @@ class AsyncTuningSession(_Pin):
             deadline=deadline,
             fallback=fallback,
             model_version=self.model_version,
+            target=self.target,
+            adapt=adapt,
         )
         return self._pin(result)
 
@@ -137,5 +155,6 @@ class AsyncTuningSession(_Pin):
             configs=configs,
             config_indices=config_indices,
             model_version=self.model_version,
+            target=self.target,
             deadline=deadline,
         )

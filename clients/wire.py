@@ -36,12 +36,15 @@ class Call:
     content_type: str | None = None
     idempotent: bool = True
     accept: str | None = None  # None: the client's default, JSON
+    idempotency_key: str | None = None  # the same on every resend of this call
 
     @property
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": self.content_type} if self.content_type else {}
         if self.accept:
             headers["Accept"] = self.accept
+        if self.idempotency_key:
+            headers["Idempotency-Key"] = self.idempotency_key
         return headers
 
 
@@ -77,6 +80,7 @@ class RankResult:
     uploaded: bool = False
     degraded: bool = False
     error: CostModelError | None = field(default=None, compare=False)
+    adapted: int = 0  # measurements of this graph that shaped the scores (0: prior)
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,21 @@ def parse_rank(
         graph_id=graph_id,
         cache=answer.cache,
         uploaded=uploaded,
+        adapted=_adapted(answer.adapted),
     )
+
+
+def _adapted(value: Any) -> int:
+    """0 from a service that predates adaptation (no such field)."""
+    try:
+        adapted = int(value or 0)
+    except (TypeError, ValueError):
+        raise ProtocolError(
+            f"rank answer: adapted must be an integer, got {value!r}"
+        ) from None
+    if adapted < 0:
+        raise ProtocolError(f"rank answer: adapted must be >= 0, got {adapted}")
+    return adapted
 
 
 @dataclass(frozen=True)
@@ -171,6 +189,7 @@ class _RankAnswer:
     ranking: npt.NDArray[np.int64]
     scores: npt.NDArray[np.floating[Any]]
     top_k: npt.NDArray[np.int64]
+    adapted: Any = 0
 
 
 def _is_permutation(ranking: npt.NDArray[np.int64]) -> bool:
@@ -202,6 +221,7 @@ def _json_answer(response: httpx.Response) -> _RankAnswer:
         ranking=ranking,
         scores=scores.astype(np.float64, copy=False),
         top_k=top_k,
+        adapted=body.get("adapted", 0),
     )
 
 
@@ -239,6 +259,7 @@ def _npz_answer(response: httpx.Response) -> _RankAnswer:
         ranking=arrays["ranking"].astype(np.int64, copy=False),
         scores=arrays["scores"],
         top_k=arrays["top_k"].astype(np.int64, copy=False),
+        adapted=headers.get("x-adapted", 0),
     )
 
 

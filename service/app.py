@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -18,8 +20,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from costmodel.runner import SessionOptions
+from service.core.adaptation import Adaptation
 from service.core.cache import EmbeddingCache
-from service.core.feedback import FeedbackLog, FeedbackRecorder
+from service.core.database import Database
+from service.core.feedback import FeedbackRecorder
+from service.core.graph_archive import GraphArchive
 from service.core.inputs import Limits
 from service.core.memory import MemoryLRU
 from service.core.ranker import Ranker
@@ -32,6 +37,7 @@ from service.middleware import RequestContext
 from service.routes import ROUTERS
 from service.schemas import BODY_MODELS
 from service.settings import Settings
+from service.store import StoreUnavailable, default_sqlite_url
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"
@@ -58,6 +64,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.model_dir, settings.models, options, settings.keep_versions, metrics
     )
     limits = Limits(settings.max_nodes, settings.max_edges, settings.max_configs)
+    url = settings.database_url or partial(default_sqlite_url, settings.data_dir)
+    app.state.database = db = Database(url)
+    adaptation = Adaptation(
+        db,
+        metrics,
+        settings.adapt_min_measurements,
+        settings.adapt_max_measurements,
+        settings.adapt_cache_entries,
+    )
     app.state.ranker = ranker = Ranker(
         registry,
         cache,
@@ -65,10 +80,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics,
         settings.inference_workers,
         settings.score_chunk_rows,
+        GraphArchive(db, metrics),
+        adaptation,
         settings.recent_rankings_bytes,
     )
-    feedback_log = FeedbackLog(settings.feedback_dir, settings.feedback_fsync)
-    app.state.feedback = FeedbackRecorder(ranker, feedback_log, metrics)
+    app.state.feedback = FeedbackRecorder(ranker, metrics)
+    try:
+        await db.run(lambda store: store.ping())  # opens and migrates it now
+    except StoreUnavailable as exc:  # ranking goes on; feedback answers 503
+        log.warning("database unavailable at start", extra={"error": str(exc)})
     try:
         await registry.load_all()
         log.info(
@@ -77,11 +97,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 "models": settings.models,
                 "ready": registry.ready,
                 "redis": bool(redis),
+                "database": db.scheme,
             },
         )
         yield
     finally:
         await cache.aclose()
+        await anyio.to_thread.run_sync(db.close)
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -26,7 +26,13 @@ from service.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from service.schemas import HLO_MEDIA_TYPE, NPZ_MEDIA_TYPE, GraphIn, RankIn
+from service.schemas import (
+    HLO_MEDIA_TYPE,
+    NPZ_MEDIA_TYPE,
+    FeedbackIn,
+    GraphIn,
+    RankIn,
+)
 from tpugraphs.npz import NpzError, NpzTooLarge, read_npz
 
 JSON_MEDIA_TYPE = "application/json"
@@ -46,6 +52,8 @@ class Params:
     graph_id: str | None = None
     top_k: int | None = None
     configurable: tuple[str, ...] | None = None  # text/x-hlo uploads
+    target: str | None = None
+    adapt: bool | None = None  # also for JSON bodies: adapt=false in the query wins
 
 
 def split_names(values: list[str] | None) -> tuple[str, ...] | None:
@@ -162,7 +170,7 @@ def _graph_arrays(graph: GraphIn, prefix: str, nbytes: int) -> RawGraph:
 
 def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     for name, value in vars(params).items():
-        if value is not None:
+        if value is not None and name != "adapt":
             raise InvalidRequest(
                 "query parameters are for application/x-npz bodies; put it in the JSON",
                 name,
@@ -171,7 +179,7 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         req = RankIn.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
-    graph = _json_rank_graph(req, len(body))
+    graph = json_rank_graph(req, len(body))
     if (req.configs is None) == (req.raw_configs is None):
         raise InvalidRequest("give exactly one of configs or raw_configs", "configs")
     configs: Any = RawConfigs(req.raw_configs) if req.raw_configs is not None else None
@@ -185,10 +193,13 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         configs,
         "configs" if req.raw_configs is None else "raw_configs",
         req.top_k,
+        req.target,
+        req.adapt and params.adapt is not False,
     )
 
 
-def _json_rank_graph(req: RankIn, nbytes: int) -> RawGraph | HloText | None:
+def json_rank_graph(req: RankIn | FeedbackIn, nbytes: int) -> RawGraph | HloText | None:
+    """The graph of a rank or feedback body: by id (None), arrays, or HLO text."""
     if sum(v is not None for v in (req.graph_id, req.graph, req.hlo)) != 1:
         raise InvalidRequest("give exactly one of graph_id, graph or hlo", "graph_id")
     if req.configurable is not None and req.hlo is None:
@@ -240,7 +251,8 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     graph = raw if raw.arrays else None
     return RankRequest(
         params.model, params.model_version, params.graph_id, graph,
-        arrays[present[0]], present[0], params.top_k,
+        arrays[present[0]], present[0], params.top_k, params.target,
+        params.adapt is not False,
     )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
     ServiceError                     base: code, message, field
     ├── InvalidRequest               422 invalid_request: shapes, dtypes, NaN/inf, ranges
+    ├── IdempotencyConflict          422 idempotency_key_reused: same key, other request
     ├── MalformedBody                400 malformed_body: unparseable JSON or npz
     ├── UnsupportedMediaType         415 unsupported_media_type
     ├── PayloadTooLarge              413 payload_too_large
@@ -17,7 +18,7 @@
     └── Unavailable                  503 + Retry-After
         ├── NotReady                     not_ready: a model is not loaded (yet)
         ├── Overloaded                   overloaded: too many requests in flight
-        └── FeedbackUnavailable          feedback_unavailable: the feedback log cannot be written
+        └── FeedbackUnavailable          feedback_unavailable: the database cannot store it
 
 Domain code raises these and knows nothing of HTTP; ``service.app`` installs the
 handlers that call ``http_error``. Anything else that escapes becomes 500 ``internal``.
@@ -41,6 +42,10 @@ class ServiceError(Exception):
 
 class InvalidRequest(ServiceError):
     code = "invalid_request"
+
+
+class IdempotencyConflict(ServiceError):
+    code = "idempotency_key_reused"
 
 
 class MalformedBody(ServiceError):
@@ -111,6 +116,7 @@ class FeedbackUnavailable(Unavailable):
 # The one table: error class -> HTTP status. Subclasses inherit their parent's row.
 HTTP_STATUS: dict[type[ServiceError], int] = {
     InvalidRequest: 422,
+    IdempotencyConflict: 422,
     MalformedBody: 400,
     UnsupportedMediaType: 415,
     PayloadTooLarge: 413,

@@ -88,7 +88,8 @@ class Metrics:
             ["model", "result"], registry=r,
         )  # fmt: skip
         self.feedback_measurements = Counter(
-            "costmodel_feedback_measurements", "Measured runtimes stored by /v1/feedback.",
+            "costmodel_feedback_measurements", "Measured runtimes stored (committed) "
+            "by /v1/feedback.",
             ["model"], registry=r,
         )  # fmt: skip
         self.online_kendall_tau = Gauge(
@@ -100,6 +101,25 @@ class Metrics:
             "costmodel_online_top1_slowdown", "Running mean, since start, of the "
             "measured runtime of the best-scored fed-back config / the best one - 1.",
             ["model", "version"], registry=r,
+        )  # fmt: skip
+        self.adapt_fits = Histogram(
+            "costmodel_adaptation_fit_duration_seconds", "Per-graph adaptation fits "
+            "(one per graph whose measurements changed) and their duration.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.adapt_measurements = Histogram(
+            "costmodel_adaptation_fit_measurements", "Distinct measured configs a "
+            "per-graph fit used.", ["model"], buckets=BATCH_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.rankings = Counter(
+            "costmodel_rankings", "Rank requests answered, adapted to measurements of "
+            "the graph or by the model's prior alone.",
+            ["model", "adapted"], registry=r,
+        )  # fmt: skip
+        self.store_errors = Counter(
+            "costmodel_store_errors", "Measurement database failures by operation "
+            "(feedback: 503; ranking: prior alone; archive: retried on a later sight).",
+            ["op"], registry=r,
         )  # fmt: skip
         self._loaded: dict[str, list[tuple[str, str, str]]] = {}
 
@@ -144,6 +164,17 @@ class Metrics:
 
     def model_reload(self, name: str, result: str) -> None:
         self.reloads.labels(name, result).inc()
+
+    # service.core.adaptation.AdaptEvents, GraphArchive's events
+    def adaptation_fitted(self, model: str, seconds: float, used: int) -> None:
+        self.adapt_fits.labels(model).observe(seconds)
+        self.adapt_measurements.labels(model).observe(used)
+
+    def ranking_adapted(self, model: str, adapted: bool) -> None:
+        self.rankings.labels(model, "true" if adapted else "false").inc()
+
+    def store_error(self, op: str) -> None:
+        self.store_errors.labels(op).inc()
 
     # service.core.feedback.FeedbackEvents
     def feedback_stored(

@@ -14,6 +14,15 @@ from pydantic.config import JsonDict
 
 HEX64 = r"^[0-9a-f]{64}$"
 VERSION = r"^[0-9]+$"
+TARGET = r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"  # costmodel.manifest.TARGET_PATTERN
+_TARGET_DOC = (
+    "the hardware the runtimes are (to be) measured on, e.g. tpu-v3; default: the "
+    "model's target. Measurements of different targets are never mixed."
+)
+_ADAPT_DOC = (
+    "combine the model with a fit on this graph's measurements (on this target) "
+    "once there are enough; false: the model's prior alone"
+)
 NPZ_MEDIA_TYPE = "application/x-npz"
 HLO_MEDIA_TYPE = "text/x-hlo"
 
@@ -171,6 +180,8 @@ class RankIn(StrictWire):
     configs: Configs | None = None
     raw_configs: RawConfigsDoc | None = None
     top_k: int | None = Field(None, ge=1, description="default: all configs")
+    target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
+    adapt: bool = Field(True, description=_ADAPT_DOC)
 
 
 class GraphOut(Wire):
@@ -193,6 +204,7 @@ class RankOut(Wire):
                     "ranking": [1, 0, 2],
                     "scores": [0.4, 0.1, 0.9],
                     "top_k": [1],
+                    "adapted": 0,
                 }
             ]
         }
@@ -201,6 +213,11 @@ class RankOut(Wire):
     model_version: str
     graph_id: str
     cache: Literal["memory", "redis", "miss"]
+    adapted: int = Field(
+        ge=0,
+        description="distinct measured configs of this graph that shaped the scores "
+        "(per-graph adaptation); 0: the model's prior alone",
+    )
     ranking: list[int] = Field(
         description="all config indices, best first; ties by index"
     )
@@ -217,7 +234,9 @@ RuntimesNs = Annotated[list[int], _doc(_RUNTIMES, "measured runtime per config, 
 
 
 class FeedbackIn(StrictWire):
-    """Measured runtimes: exactly one of ``configs`` and ``config_indices``.
+    """Measured runtimes: exactly one of ``configs`` and ``config_indices``, and
+    exactly one of ``graph_id``, ``graph`` and ``hlo`` (inline for a graph the service
+    has not seen, as for ranking).
 
     ``config_indices`` name configs of the most recent rank request for this graph and
     model version, which each process remembers best-effort (else 409
@@ -245,10 +264,16 @@ class FeedbackIn(StrictWire):
     )
     model: str = Field(min_length=1, max_length=64)
     model_version: str | None = Field(None, pattern=VERSION)
-    graph_id: str = Field(pattern=HEX64)
+    graph_id: str | None = Field(None, pattern=HEX64)
+    graph: GraphIn | None = None
+    hlo: str | None = Field(None, min_length=1, description="the module as HLO text")
+    configurable: ConfigurableNames | None = Field(
+        None, description="with hlo, for a layout model: the configurable instructions"
+    )
     configs: Configs | None = None
     config_indices: ConfigIndices | None = None
     runtimes_ns: RuntimesNs
+    target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
 
 
 class FeedbackOut(Wire):
@@ -260,16 +285,21 @@ class FeedbackOut(Wire):
                     "model": "tile",
                     "model_version": "1",
                     "graph_id": "0" * 64,
+                    "target": "tpu-v3",
                     "kendall_tau": 1.0,
                     "top1_slowdown": 0.0,
                 }
             ]
         }
     )
-    stored: int = Field(description="measurements written to the feedback log")
+    stored: int = Field(
+        description="measurements committed to the database (a resend with the same "
+        "Idempotency-Key gets the first answer again, and stores nothing)"
+    )
     model: str
     model_version: str = Field(description="the version that scored the configs")
     graph_id: str
+    target: str = Field(description="the hardware the runtimes were stored under")
     kendall_tau: float | None = Field(
         description="tau-b of this request's scores vs runtimes (1 = same order); "
         "null with fewer than 2 distinct runtimes"

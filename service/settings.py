@@ -72,11 +72,22 @@ class Settings(BaseSettings):
     max_configs: int = Field(default=100_000, ge=1)
     max_inflight: int = Field(default=64, ge=1, description="concurrent /v1 requests")
 
-    # Feedback: measured runtimes, appended to one JSON Lines file per UTC day.
-    feedback_dir: Path = Path("feedback")
-    feedback_fsync: bool = Field(
-        default=True,
-        description="fsync every line (and a new day's file entry) before acknowledging",
+    # Measurements (feedback) live in a database: a SQLite file under data_dir unless
+    # a URL is given (postgresql://... for several replicas sharing them).
+    database_url: str | None = Field(
+        default=None,
+        pattern=r"^(sqlite|postgresql)(\+[a-z0-9]+)?://",
+        description="unset: a SQLite file in data_dir",
+    )
+    data_dir: Path = Path("data")
+    # Per-graph adaptation: from this many distinct measured configs of a graph (on
+    # the request's target) on, rank scores combine the model with a per-graph fit.
+    adapt_min_measurements: int = Field(default=4, ge=1)
+    adapt_max_measurements: int = Field(
+        default=4000, ge=1, description="newest measurements a per-graph fit uses"
+    )
+    adapt_cache_entries: int = Field(
+        default=1024, ge=0, description="fitted per-graph models kept per process"
     )
     recent_rankings_bytes: int = Field(
         default=64 * MiB,
@@ -88,10 +99,11 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    @field_validator("redis_url", "admin_token", mode="before")
+    @field_validator("redis_url", "admin_token", "database_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
-        """``COSTMODEL_REDIS_URL=`` (empty) means no Redis; an empty token, no admin API."""
+        """An empty ``COSTMODEL_REDIS_URL`` means no Redis; an empty token, no admin
+        API; an empty database URL, the default SQLite file."""
         return None if value == "" else value
 
     @field_validator("models", mode="before")

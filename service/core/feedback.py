@@ -1,45 +1,41 @@
-"""Measured runtimes fed back by autotuners: checked, scored, appended to disk.
+"""Measured runtimes fed back by autotuners: checked, scored, stored in the database.
 
-    FeedbackRecorder.record(req)   validate, score with the model, write, update quality
-    FeedbackLog.write(entry)       one JSON line per request, one file per UTC day
+    FeedbackRecorder.record(req)   validate, score with the model, store, count quality
     measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``tpugraphs.metrics``)
     OnlineQuality                  running means per (model, version) since start
 
-The file format is documented in ``docs/feedback.md``. A request is acknowledged only
-once its line is written (and, with ``fsync``, on disk); any ``OSError`` on the way is
-``FeedbackUnavailable`` (503), so the client may resend it.
+A request is acknowledged only once its transaction is committed (``service.store``:
+durable on SQLite and PostgreSQL). Anything that keeps it from the database is
+``FeedbackUnavailable`` (503, nothing stored), so the client may resend it; with an
+``Idempotency-Key`` a resend of a stored request is stored once and answered as before.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
-import os
-import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 import anyio
-import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
 from costmodel.runner import ArtifactRunner
+from service.core.hlo import HloText
+from service.core.inputs import RawGraph
 from service.core.ranker import Ranker, Scored
-from service.errors import FeedbackUnavailable, InvalidRequest, RankingNotFound
+from service.errors import (
+    FeedbackUnavailable,
+    GraphNotFound,
+    IdempotencyConflict,
+    InvalidRequest,
+    RankingNotFound,
+)
+from service.store import AddResult, MeasurementBatch, StoreUnavailable, UnknownGraph
+from service.store import IdempotencyConflict as StoreConflict
 from tpugraphs.metrics import kendall_tau, topk_slowdown
 
-FORMAT = 1
 INT64_MAX = (1 << 63) - 1
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class FeedbackEvents(Protocol):
@@ -48,17 +44,25 @@ class FeedbackEvents(Protocol):
     def feedback_stored(
         self, model: str, version: str, measurements: int, quality: Quality
     ) -> None: ...
+    def store_error(self, op: str) -> None: ...
 
 
 @dataclass(frozen=True)
 class FeedbackRequest:
     model: str
     model_version: str | None
-    graph_id: str
+    graph_id: str | None
     configs: Any | None
     config_indices: Sequence[int] | None
     runtimes_ns: Sequence[int]
     request_id: str | None = None
+    graph: RawGraph | HloText | None = None  # inline, for a graph not seen before
+    target: str | None = None  # default: the model's
+    idempotency_key: str | None = None
+    request_hash: str | None = None  # of the request as sent, compared on a resend
+
+    def keyed(self, key: str, request_hash: str) -> FeedbackRequest:
+        return replace(self, idempotency_key=key, request_hash=request_hash)
 
 
 @dataclass(frozen=True)
@@ -75,65 +79,37 @@ class FeedbackResult:
     model: str
     model_version: str
     graph_id: str
+    target: str
     quality: Quality
+    replayed: bool = False  # a resend: the first answer, nothing stored again
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body.pop("replayed")
+        body.update(body.pop("quality"))
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> FeedbackResult:
+        quality = Quality(body["kendall_tau"], body["top1_slowdown"])
+        fields = ("stored", "model", "model_version", "graph_id", "target")
+        return cls(**{k: body[k] for k in fields}, quality=quality, replayed=True)
 
 
-@dataclass(frozen=True)
-class FeedbackEntry:
-    """One request's line, before it is stamped with a time and encoded."""
-
-    request_id: str | None
-    model: str
-    model_version: str
-    graph_id: str
-    config_indices: Sequence[int] | None
-    configs: np.ndarray[Any, Any]  # as sent: float32 or a compact integer dtype
-    runtimes_ns: npt.NDArray[np.int64]
-    scores: npt.NDArray[np.float32]
-    quality: Quality = field(default_factory=Quality)
-
-    def line(self, when: datetime) -> bytes:
-        record = {
-            "format": FORMAT,
-            "time": when.isoformat(timespec="microseconds").replace("+00:00", "Z"),
-            "request_id": self.request_id,
-            "model": self.model,
-            "model_version": self.model_version,
-            "graph_id": self.graph_id,
-            "config_indices": self.config_indices,
-            "configs": _compact(self.configs),
-            "runtimes_ns": self.runtimes_ns.tolist(),
-            "scores": self.scores.tolist(),
-            "kendall_tau": self.quality.kendall_tau,
-            "top1_slowdown": self.quality.top1_slowdown,
-        }
-        text = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        return (text + "\n").encode()
-
-
-# Floats below this magnitude that are integral are exactly their int64 value.
-EXACT_INT = 2**53
-
-
-def _compact(configs: np.ndarray[Any, Any]) -> list[Any]:
-    """Nested lists; integers where that loses nothing (config features are small
-    integers). Large or non-finite floats stay floats: ``astype(int64)`` would wrap
-    them (1e20 became -9223372036854775808)."""
-    if configs.dtype.kind in "iub":
-        return list(configs.tolist())
-    if configs.size and _lossless_ints(configs):
-        return list(configs.astype(np.int64).tolist())
-    return list(configs.tolist())
-
-
-def _lossless_ints(values: np.ndarray[Any, Any]) -> bool:
-    """True when every (float) value is finite, integral and below 2**53."""
-    finite = np.isfinite(values).all()
-    return bool(
-        finite
-        and np.abs(values).max(initial=0) < EXACT_INT
-        and np.array_equal(values, np.round(values))
-    )
+def compact(configs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The smallest integer dtype that holds every value exactly (config features are
+    small integers: a 62-node layout config is 1,116 bytes as int8, not 4,464), else
+    the configs as they are (float32)."""
+    if configs.size == 0 or not np.isfinite(configs).all():
+        return configs
+    if not np.array_equal(configs, np.round(configs)):
+        return configs
+    low, high = configs.min(), configs.max()
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return configs.astype(dtype)
+    return configs
 
 
 def measure(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> Quality:
@@ -166,75 +142,13 @@ class OnlineQuality:
         return Quality(**means)
 
 
-class FeedbackLog:
-    """Append-only JSON Lines under ``directory``: ``feedback-YYYY-MM-DD.jsonl`` (UTC).
-
-    Each line is one ``write`` of the whole line on an ``O_APPEND`` descriptor under a
-    lock, so lines never interleave, even across processes on a local filesystem. With
-    ``fsync`` each line, and the directory entry of a new day's file, is flushed to disk
-    before ``write`` returns. Blocking: call it from a worker thread.
-    """
-
-    def __init__(
-        self, directory: Path, fsync: bool = True, clock: Clock = utc_now
-    ) -> None:
-        self.directory = directory
-        self.fsync = fsync
-        self.clock = clock
-        self._lock = threading.Lock()
-
-    def path(self, when: datetime) -> Path:
-        return self.directory / f"feedback-{when.astimezone(UTC):%Y-%m-%d}.jsonl"
-
-    def write(self, entry: FeedbackEntry) -> Path:
-        """Stamp, encode and append one entry; ``FeedbackUnavailable`` if it fails."""
-        with self._lock:
-            when = self.clock().astimezone(UTC)
-            path = self.path(when)
-            try:
-                self._append(path, entry.line(when))
-            except OSError as exc:
-                raise FeedbackUnavailable(
-                    f"feedback not stored: cannot write {path}: {exc.strerror or exc}"
-                ) from None
-            return path
-
-    def _append(self, path: Path, line: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        created = not path.exists()
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o644)
-        try:
-            written = os.write(fd, line)
-            if written != len(line):
-                with contextlib.suppress(OSError):  # end the torn line; readers skip it
-                    os.write(fd, b"\n")
-                raise OSError(
-                    errno.EIO, f"short write ({written} of {len(line)} bytes)"
-                )
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created and self.fsync:
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-
-
 class FeedbackRecorder:
-    """Checks a feedback request, scores its configs, writes it, then counts it."""
+    """Checks a feedback request, scores its configs, stores it, then counts it."""
 
-    def __init__(
-        self, ranker: Ranker, log: FeedbackLog, events: FeedbackEvents
-    ) -> None:
+    def __init__(self, ranker: Ranker, events: FeedbackEvents) -> None:
         self.ranker = ranker
-        self.log = log
         self.events = events
         self.online = OnlineQuality()
-        self._writer = anyio.CapacityLimiter(1)  # queue on the loop, not in threads
 
     async def record(self, req: FeedbackRequest) -> FeedbackResult:
         runner = self.ranker.registry.get(req.model, req.model_version)
@@ -242,37 +156,73 @@ class FeedbackRecorder:
             raise InvalidRequest(
                 "give exactly one of configs or config_indices", "configs"
             )
-        runtimes = self._runtimes(req.runtimes_ns)
-        if req.configs is not None:
-            configs, scores = await self.ranker.score(
-                runner, req.graph_id, req.configs, "configs"
+        if (req.graph is None) == (req.graph_id is None):
+            raise InvalidRequest(
+                "give exactly one of graph_id, graph or hlo", "graph_id"
             )
-        else:
-            configs, scores = self._pick(runner, req.graph_id, req.config_indices or [])
+        runtimes = self._runtimes(req.runtimes_ns)
+        gid, configs, scores = await self._scored(runner, req)
         if len(configs) != len(runtimes):
             raise InvalidRequest(
                 f"{len(configs)} configs but {len(runtimes)} runtimes", "runtimes_ns"
             )
-        entry = FeedbackEntry(
-            req.request_id, runner.name, runner.version, req.graph_id,
-            req.config_indices, configs, runtimes, scores,
+        target = req.target or runner.manifest.target
+        quality = measure(scores, runtimes)
+        result = FeedbackResult(
+            len(runtimes), runner.name, runner.version, gid, target, quality
+        )
+        batch = MeasurementBatch(
+            model=runner.name, model_version=runner.version,
+            collection=runner.collection, target=target, graph_id=gid,
+            configs=compact(configs), runtimes_ns=runtimes, scores=scores,
+            request_id=req.request_id, source="feedback",
+            idempotency_key=req.idempotency_key, request_hash=req.request_hash,
+            response=result.to_json(),
         )  # fmt: skip
-        with anyio.CancelScope(shield=True):  # once written, always counted
-            quality = await anyio.to_thread.run_sync(
-                self._store, entry, limiter=self._writer
-            )
+        with anyio.CancelScope(shield=True):  # once committed, always counted
+            added = await self._add(batch)
+            if added.duplicate:
+                assert added.response is not None
+                return FeedbackResult.from_json(added.response)
             running = self.online.add(runner.name, runner.version, quality)
             self.events.feedback_stored(
                 runner.name, runner.version, len(runtimes), running
             )
-        return FeedbackResult(
-            len(runtimes), runner.name, runner.version, req.graph_id, quality
-        )
+        return result
 
-    def _store(self, entry: FeedbackEntry) -> Quality:
-        quality = measure(entry.scores, entry.runtimes_ns)
-        self.log.write(replace(entry, quality=quality))
-        return quality
+    async def _scored(
+        self, runner: ArtifactRunner, req: FeedbackRequest
+    ) -> tuple[str, np.ndarray[Any, Any], npt.NDArray[np.float32]]:
+        """The graph id, and the configs with the model's scores of them."""
+        if req.graph is not None:
+            graph, gid = await self.ranker.graph(req.graph, runner)
+            await self.ranker.embed(runner, gid, graph)
+        else:
+            gid = str(req.graph_id)
+        if req.configs is not None:
+            configs, scores = await self.ranker.score(
+                runner, gid, req.configs, "configs"
+            )
+        else:
+            configs, scores = self._pick(runner, gid, req.config_indices or [])
+        return gid, configs, scores
+
+    async def _add(self, batch: MeasurementBatch) -> AddResult:
+        db = self.ranker.archive.db
+        try:
+            return await db.run(lambda s: s.add_measurements(batch))
+        except UnknownGraph:
+            raise GraphNotFound(
+                f"graph {batch.graph_id} is not in the measurement database (it was "
+                "ranked while the database was unavailable): send the graph inline "
+                "with the feedback (graph or hlo)",
+                "graph_id",
+            ) from None
+        except StoreConflict as exc:
+            raise IdempotencyConflict(str(exc), "Idempotency-Key") from None
+        except StoreUnavailable as exc:
+            self.events.store_error("add_measurements")
+            raise FeedbackUnavailable(f"feedback not stored: {exc}") from None
 
     def _runtimes(self, values: Sequence[int]) -> npt.NDArray[np.int64]:
         if not values:

@@ -21,7 +21,9 @@ import numpy as np
 import numpy.typing as npt
 
 from costmodel.runner import ArtifactRunner, Embedding
+from service.core.adaptation import Adaptation
 from service.core.cache import CacheKey, EmbeddingCache, Source
+from service.core.graph_archive import GraphArchive
 from service.core.graph_meta import GraphMeta
 from service.core.hlo import HloText, featurize_graph
 from service.core.inputs import (
@@ -36,6 +38,7 @@ from service.core.memory import MemoryLRU
 from service.core.raw_configs import RawConfigs, encode_raw
 from service.core.registry import ModelRegistry
 from service.errors import GraphMetadataNotFound, GraphNotFound, InvalidRequest
+from service.store import StoreError
 from tpugraphs.arrays import Graph
 
 T = TypeVar("T")
@@ -66,6 +69,8 @@ class RankRequest:
     configs: Any  # arrays, or RawConfigs
     configs_field: str
     top_k: int | None = None
+    target: str | None = None  # hardware to adapt to; default: the model's
+    adapt: bool = True  # False: the model's prior alone
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class RankResult:
     scores: npt.NDArray[np.float32]  # scores[i] = config i, lower = faster
     ranking: npt.NDArray[np.int64]  # all indices, best first, ties by index
     top_k: npt.NDArray[np.int64]
+    adapted: int = 0  # measurements of this graph that shaped the scores; 0: prior only
 
 
 class Ranker:
@@ -97,10 +103,14 @@ class Ranker:
         events: StageEvents,
         workers: int,
         chunk_rows: int,
+        archive: GraphArchive,
+        adaptation: Adaptation,
         recent_bytes: int = 16 << 20,
     ) -> None:
         self.registry = registry
         self.cache = cache
+        self.archive = archive
+        self.adaptation = adaptation
         self.limits = limits
         self.events = events
         self.chunk_rows = chunk_rows
@@ -110,8 +120,8 @@ class Ranker:
     async def upload(self, req: UploadRequest) -> UploadResult:
         """Validate a graph and make sure its embedding is cached."""
         runner = self.registry.get(req.model, req.model_version)
-        graph, gid = await self._graph(req.graph, runner)
-        _, source = await self._embed(runner, gid, graph)
+        graph, gid = await self.graph(req.graph, runner)
+        _, source = await self.embed(runner, gid, graph)
         return UploadResult(
             gid,
             graph.num_nodes,
@@ -131,8 +141,8 @@ class Ranker:
             )
         graph: Graph | None = None
         if req.graph is not None:
-            graph, gid = await self._graph(req.graph, runner)
-            embedding, source = await self._embed(runner, gid, graph)
+            graph, gid = await self.graph(req.graph, runner)
+            embedding, source = await self.embed(runner, gid, graph)
         else:
             gid = str(req.graph_id)
             embedding, source = await self._cached(runner, gid)
@@ -142,22 +152,34 @@ class Ranker:
         checked = check_configs(
             value, runner, embedding, req.configs_field, self.limits, graph
         )
-        _, scores = await self._run(
+        configs, scores = await self._run(
             self._score, runner, embedding, checked, req.configs_field
         )
+        adapted = 0
+        if req.adapt:
+
+            async def prior(other: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+                _, s = await self._run(self._score, runner, embedding, other, "", False)
+                return s
+
+            target = req.target or runner.manifest.target
+            scores, adapted = await self.adaptation.adapt(
+                runner, target, gid, configs, scores, prior
+            )
         # Remember the batch as it came (int8 for layout), not its float32 copy.
         self.recent.put((runner.name, runner.version, gid), {"c": checked, "s": scores})
         ranking = stable_order(scores)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(
-            runner.name, runner.version, gid, source, scores, ranking, ranking[:k]
-        )
+            runner.name, runner.version, gid, source, scores, ranking, ranking[:k],
+            adapted,
+        )  # fmt: skip
 
     async def score(
         self, runner: ArtifactRunner, gid: str, value: Any, field: str
     ) -> Scored:
-        """Validate and score configs for a cached graph; nothing is remembered."""
-        embedding, _ = await self._cached(runner, gid)
+        """Validate and score configs for a known graph; nothing is remembered."""
+        embedding, _ = await self._known(runner, gid)
         checked = check_configs(value, runner, embedding, field, self.limits)
         return await self._run(self._score, runner, embedding, checked, field, False)
 
@@ -166,10 +188,11 @@ class Ranker:
         found = self.recent.get((runner.name, runner.version, gid))
         return None if found is None else (found["c"], found["s"])
 
-    async def _graph(
+    async def graph(
         self, raw: RawGraph | HloText, runner: ArtifactRunner
     ) -> tuple[Graph, str]:
-        """Validate (HLO text: featurize, always off the loop) and keep its record."""
+        """Validate (HLO text: featurize, always off the loop), keep its record, and
+        archive it in the measurement database on first sight (best-effort)."""
         meta: GraphMeta | None
         if isinstance(raw, HloText):
             graph, gid, meta = await anyio.to_thread.run_sync(
@@ -184,6 +207,7 @@ class Ranker:
             meta = GraphMeta.of_graph(graph)
         if meta is not None:
             await self.cache.meta.remember(gid, meta)
+        await self.archive.keep(gid, runner.collection, graph)
         return graph, gid
 
     async def _raw_configs(
@@ -203,7 +227,7 @@ class Ranker:
             encode_raw, raw, runner.collection, meta, self.limits.max_configs
         )
 
-    async def _embed(
+    async def embed(
         self, runner: ArtifactRunner, gid: str, graph: Graph
     ) -> tuple[Embedding, Source]:
         async def compute() -> Embedding:
@@ -211,6 +235,22 @@ class Ranker:
 
         key = CacheKey(runner.name, runner.version, gid)
         return await self.cache.get_or_compute(key, runner.embedding_names, compute)
+
+    async def _known(
+        self, runner: ArtifactRunner, gid: str
+    ) -> tuple[Embedding, Source]:
+        """The cached embedding, else one computed from the archived graph (feedback
+        reaching a replica or a restart that never ranked this graph)."""
+        try:
+            return await self._cached(runner, gid)
+        except GraphNotFound:
+            try:
+                graph = await self.archive.load(gid)
+            except StoreError:
+                graph = None
+            if graph is None or graph.collection != runner.collection:
+                raise
+            return await self.embed(runner, gid, graph)
 
     async def _cached(
         self, runner: ArtifactRunner, gid: str

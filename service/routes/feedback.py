@@ -1,20 +1,30 @@
-"""Measured runtimes from autotuners: stored, and scored against the model online."""
+"""Measured runtimes from autotuners: stored in the database, scored online."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+import hashlib
+import re
+
+from fastapi import APIRouter, Header, Request, Response
 from pydantic import ValidationError
 
 from service.body import parse, read_body
-from service.codecs import JSON_MEDIA_TYPE, media_type, validation_error
+from service.codecs import (
+    JSON_MEDIA_TYPE,
+    json_rank_graph,
+    media_type,
+    validation_error,
+)
 from service.core.feedback import FeedbackRequest
 from service.core.inputs import config_array
 from service.deps import FeedbackDep, SettingsDep
-from service.errors import UnsupportedMediaType
+from service.errors import InvalidRequest, UnsupportedMediaType
 from service.logs import request_id
 from service.schemas import FeedbackIn, FeedbackOut, error_responses, json_only_body
 
 router = APIRouter(prefix="/v1", tags=["feedback"])
+# Printable ASCII without spaces: UUIDs, ULIDs, hex digests, "tuner-42/round-3".
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
 @router.post(
@@ -24,17 +34,36 @@ router = APIRouter(prefix="/v1", tags=["feedback"])
     openapi_extra=json_only_body(FeedbackIn),
 )
 async def feedback(
-    request: Request, recorder: FeedbackDep, settings: SettingsDep
+    request: Request,
+    response: Response,
+    recorder: FeedbackDep,
+    settings: SettingsDep,
+    idempotency_key: str | None = Header(
+        None,
+        alias="Idempotency-Key",
+        description="resends with the same key (and body) are stored once and get "
+        "the first answer (with Idempotent-Replayed: true)",
+    ),
 ) -> FeedbackOut:
-    """Store runtimes measured for configs of a graph (acknowledged once on disk)."""
+    """Store runtimes measured for configs of a graph (acknowledged once committed)."""
+    if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
+        raise InvalidRequest(
+            "must be 1 to 200 printable ASCII characters without spaces",
+            "Idempotency-Key",
+        )
     body = await read_body(request, settings.max_body_bytes)
     content_type = request.headers.get("content-type")
     req = await parse(_decode, body, content_type, request_id.get())
     request.state.model = req.model
+    if idempotency_key is not None:
+        digest = hashlib.sha256(body).hexdigest()
+        req = req.keyed(idempotency_key, digest)
     r = await recorder.record(req)
+    if r.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
     return FeedbackOut(
         stored=r.stored, model=r.model, model_version=r.model_version,
-        graph_id=r.graph_id, kendall_tau=r.quality.kendall_tau,
+        graph_id=r.graph_id, target=r.target, kendall_tau=r.quality.kendall_tau,
         top1_slowdown=r.quality.top1_slowdown,
     )  # fmt: skip
 
@@ -49,9 +78,10 @@ def _decode(body: bytes, content_type: str | None, rid: str | None) -> FeedbackR
         req = FeedbackIn.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
+    graph = json_rank_graph(req, len(body))
     # Nested lists become an array here, off the loop when the body is large.
     configs = None if req.configs is None else config_array(req.configs, "configs")
     return FeedbackRequest(
-        req.model, req.model_version, req.graph_id, configs,
-        req.config_indices, req.runtimes_ns, rid,
+        req.model, req.model_version, req.graph_id, configs, req.config_indices,
+        req.runtimes_ns, rid, graph, req.target,
     )  # fmt: skip

@@ -14,6 +14,7 @@ from service.deps import RankerDep, SettingsDep
 from service.schemas import (
     HEX64,
     NPZ_MEDIA_TYPE,
+    TARGET,
     VERSION,
     RankIn,
     RankOut,
@@ -27,7 +28,8 @@ _NPZ_ANSWER: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
         "description": "JSON, or with Accept: application/x-npz an npz of ranking, "
-        "scores, top_k and X-Model/X-Model-Version/X-Cache/X-Graph-ID headers",
+        "scores, top_k and X-Model/X-Model-Version/X-Cache/X-Graph-ID/X-Adapted "
+        "headers",
     }
 }
 
@@ -48,10 +50,14 @@ async def rank(
     graph_id: str | None = Query(None, pattern=HEX64, description="npz bodies"),
     top_k: int | None = Query(None, ge=1, description="npz bodies"),
     model_version: str | None = Query(None, pattern=VERSION, description="npz bodies"),
+    target: str | None = Query(None, pattern=TARGET, description="npz bodies"),
+    adapt: bool | None = Query(
+        None, description="false: the model's prior alone (any body)"
+    ),
 ) -> Response:
     """Score configs (JSON or npz body); ``ranking`` lists all indices, best first."""
     body = await read_body(request, settings.max_body_bytes)
-    params = Params(model, model_version, graph_id, top_k)
+    params = Params(model, model_version, graph_id, top_k, None, target, adapt)
     content_type = request.headers.get("content-type")
     req = await parse(
         decode_rank, body, content_type, params, settings.max_decoded_bytes
@@ -72,7 +78,8 @@ def _json_answer(r: RankResult) -> Response:
     top_k = ranking if len(r.top_k) == len(ranking) else ranking[: len(r.top_k)]
     answer = {
         "model": r.model, "model_version": r.model_version, "graph_id": r.graph_id,
-        "cache": r.cache, "ranking": ranking, "scores": r.scores.tolist(), "top_k": top_k,
+        "cache": r.cache, "adapted": r.adapted, "ranking": ranking,
+        "scores": r.scores.tolist(), "top_k": top_k,
     }  # fmt: skip
     return Response(pydantic_core.to_json(answer), media_type="application/json")
 
@@ -83,6 +90,7 @@ def _npz_answer(r: RankResult) -> Response:
         "X-Model-Version": r.model_version,
         "X-Cache": r.cache,
         "X-Graph-ID": r.graph_id,
+        "X-Adapted": str(r.adapted),
     }
     content = encode_rank_npz(r.ranking, r.scores, r.top_k)
     return Response(content, media_type=NPZ_MEDIA_TYPE, headers=headers)

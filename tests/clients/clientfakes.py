@@ -43,6 +43,7 @@ class FakeService:
         self.versions: dict[str, list[str]] = {m: ["1"] for m in self.collections}
         self.graphs: dict[tuple[str, str], Graph] = {}
         self.feedback_rows: list[dict[str, Any]] = []
+        self.feedback_keys: dict[str, dict[str, Any]] = {}
         self.feedback_route = feedback_route
         self.requests: list[httpx.Request] = []
         self.script: list[Outcome] = []
@@ -151,8 +152,18 @@ class FakeService:
         body = json.loads(request.content)
         if (body["model"], body["graph_id"]) not in self.graphs:
             return error(404, "graph_not_found")
+        key = request.headers.get("idempotency-key")
+        if key is not None and key in self.feedback_keys:  # the contract: stored once
+            return httpx.Response(
+                200,
+                json=self.feedback_keys[key],
+                headers={"Idempotent-Replayed": "true"},
+            )
         self.feedback_rows.append(body)
-        return httpx.Response(200, json={"stored": len(body["runtimes_ns"])})
+        answer = {"stored": len(body["runtimes_ns"])}
+        if key is not None:
+            self.feedback_keys[key] = answer
+        return httpx.Response(200, json=answer)
 
 
 class Sleeps(list[float]):

@@ -95,7 +95,7 @@ def live_server(
         "COSTMODEL_MODELS": "tile,layout",
         "COSTMODEL_REDIS_URL": redis_server.url,
         "COSTMODEL_LOG_LEVEL": "WARNING",
-        "COSTMODEL_FEEDBACK_DIR": str(tmp_path_factory.mktemp("feedback")),
+        "COSTMODEL_DATA_DIR": str(tmp_path_factory.mktemp("data")),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "service.app:app_from_env", "--factory",

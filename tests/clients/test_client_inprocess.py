@@ -25,7 +25,7 @@ async def app(tmp_path: Path) -> AsyncIterator[FastAPI]:
     settings = Settings(
         model_dir=REPO / "models" / "artifacts",
         models=["tile", "layout"],
-        feedback_dir=tmp_path / "feedback",
+        data_dir=tmp_path / "data",
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):

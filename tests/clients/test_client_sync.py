@@ -363,16 +363,33 @@ def test_feedback_by_indices_and_local_validation(
         client.feedback("tile", tile_sample, [0], config_indices=[0])
 
 
-def test_feedback_is_not_resent_after_a_lost_answer(
+def test_feedback_after_a_lost_answer_is_resent_and_stored_once(
     client: CostModelClient, fake: FakeService, sleeps: Sleeps, tile_sample: Sample
 ) -> None:
+    """The answer is lost after the service stored the rows: the resend carries the
+    same Idempotency-Key, so the service answers it without storing it again."""
     client.rank("tile", tile_sample, tile_sample.configs)
-    fake.script = [httpx.ReadTimeout("lost")]
-    with pytest.raises(ServiceUnavailable):
-        client.feedback("tile", tile_sample, [1], config_indices=[0])
-    assert sleeps == [] and fake.feedback_rows == []
-    fake.script = [httpx.ConnectError("refused")]  # never sent: safe to send again
-    assert client.feedback("tile", tile_sample, [1], config_indices=[0]).stored == 1
+
+    def store_then_lose(request: httpx.Request) -> httpx.Response:
+        fake(request)  # stored
+        raise httpx.ReadTimeout("answer lost", request=request)
+
+    transport = httpx.MockTransport(
+        lambda r: store_then_lose(r) if not fake.feedback_rows else fake(r)
+    )
+    with CostModelClient(
+        "http://x", transport=transport, sleep=sleeps, retry=RetryPolicy(max_attempts=3)
+    ) as c:
+        c.known_graphs = client.known_graphs
+        result = c.feedback("tile", tile_sample, [1], config_indices=[0])
+    assert result.stored == 1 and len(fake.feedback_rows) == 1
+    sent = [r for r in fake.requests if r.url.path == "/v1/feedback"]
+    keys = {r.headers["idempotency-key"] for r in sent}
+    assert len(sent) == 2 and len(keys) == 1 and len(keys.pop()) >= 16
+    assert len(sleeps) == 1
+    # Another call is another measurement: a new key.
+    client.feedback("tile", tile_sample, [1], config_indices=[0])
+    assert len(fake.feedback_rows) == 2
 
 
 def test_a_service_without_feedback_raises_endpoint_not_found(
@@ -396,14 +413,14 @@ def test_models_and_ready(client: CostModelClient) -> None:
         assert not down.ready()
 
 
-@pytest.mark.parametrize(("status", "posts"), [(504, 1), (502, 1), (503, 3), (429, 3)])
-def test_feedback_is_resent_only_when_nothing_was_stored(
-    tile_sample: Sample, status: int, posts: int
+@pytest.mark.parametrize("status", [504, 502, 503, 429])
+def test_feedback_is_retried_like_a_rank_with_one_key(
+    tile_sample: Sample, status: int
 ) -> None:
     sent: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        sent.append(request.url.path)
+        sent.append(request.headers["idempotency-key"])
         return httpx.Response(status, text="upstream said no")
 
     retry = RetryPolicy(max_attempts=3)
@@ -415,7 +432,7 @@ def test_feedback_is_resent_only_when_nothing_was_stored(
         pytest.raises(ServiceUnavailable),
     ):
         client.feedback("tile", tile_sample, [5], config_indices=[0])
-    assert sent == ["/v1/feedback"] * posts
+    assert len(sent) == 3 and len(set(sent)) == 1
 
 
 def test_feedback_configs_too_large_for_int64_are_sent_as_floats(

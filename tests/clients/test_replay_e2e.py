@@ -19,6 +19,9 @@ from clients.cli import replay
 from tpugraphs.reader import load_npz
 
 BUDGET_FRACTION = 0.1
+# Its own target: other tests feed measurements of these graphs to the same server,
+# and the second run below must learn from this module's first run alone.
+TARGET = ["--target", "replay-e2e"]
 
 
 def run_cli(*args: str) -> Any:
@@ -34,7 +37,7 @@ def data_args(tile_paths: list[Path], layout_path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def report(live_server: str, data_args: list[str]) -> dict[str, Any]:
-    result = run_cli("--server", live_server, *data_args,
+    result = run_cli("--server", live_server, *data_args, *TARGET,
                      "--budget-fraction", str(BUDGET_FRACTION), "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
     return dict(json.loads(result.stdout))
@@ -60,10 +63,11 @@ def test_report_covers_every_file(
 def test_one_tile_graph_by_hand(
     live_server: str, report: dict[str, Any], tile_path: Path
 ) -> None:
-    """fusion.191 (579 configs): redo the autotuner's arithmetic independently."""
+    """fusion.191 (579 configs): redo the autotuner's arithmetic independently.
+    The replay ranked before any feedback, by the prior alone: ``adapt=False``."""
     sample = load_npz(tile_path)
     with CostModelClient(live_server) as client:
-        ranking = client.rank("tile", tile_path, sample.configs).ranking
+        ranking = client.rank("tile", tile_path, sample.configs, adapt=False).ranking
     k = 58  # ceil(0.1 * 579)
     measured = list(ranking[:k])
     runtimes = sample.runtimes.tolist()
@@ -138,19 +142,26 @@ def test_feedback_outcome_matches_the_service(
         ]
 
 
-def test_second_run_uses_the_cache_and_agrees(
+def test_second_run_uses_the_cache_and_learns_from_the_first(
     live_server: str, report: dict[str, Any], data_args: list[str]
 ) -> None:
-    result = run_cli("--server", live_server, *data_args,
+    result = run_cli("--server", live_server, *data_args, *TARGET,
                      "--budget-fraction", str(BUDGET_FRACTION), "--json")  # fmt: skip
     again = json.loads(result.stdout)
     # A new client sends each graph inline once; the service finds every embedding
     # cached and encodes nothing.
     assert all(g["uploaded"] for g in again["graphs"])
     assert {g["cache"] for g in again["graphs"]} <= {"memory", "redis"}
-    assert [g["measured"] for g in again["graphs"]] == [
-        g["measured"] for g in report["graphs"]
-    ]
+    # The first run ranked by the prior alone (an empty database) and fed back its
+    # measurements; the second ranks every graph with enough of them adapted.
+    assert {g["adapted"] for g in report["graphs"]} == {0}
+    for first, second in zip(report["graphs"], again["graphs"], strict=True):
+        sample = load_npz(first["file"])
+        measured = sample.configs[first["measured"]].reshape(first["budget"], -1)
+        enough = len({row.tobytes() for row in measured}) >= 4
+        assert (second["adapted"] > 0) == enough, first["file"]
+        if not enough:  # the prior alone: the same picks as the first run
+            assert second["measured"] == first["measured"]
 
 
 def test_table_output_and_cli_errors(live_server: str, tile_path: Path) -> None:
@@ -165,3 +176,51 @@ def test_table_output_and_cli_errors(live_server: str, tile_path: Path) -> None:
     assert both.exit_code == 2
     down = run_cli("--server", unused_url(), "--data", str(tile_path))
     assert down.exit_code == 1 and "replay failed" in down.output
+
+
+def test_rounds_report_the_learning_curve(
+    live_server: str, tile_paths: list[Path], layout_path: Path
+) -> None:
+    """3 rounds of 2 on the tile kernels and unet: feedback after each round adapts
+    the next; the report has every strategy per round and keeps the final round's
+    numbers at the top level."""
+    result = run_cli("--server", live_server, "--data", str(tile_paths[0].parent),
+                     "--data", str(layout_path), "--rounds", "3", "--budget", "2",
+                     "--target", "replay-rounds", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rounds = report["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    assert [r["measured"] for r in rounds] == [2, 4, 6]
+    for key in ("slowdown", "model_slowdown", "random_slowdown", "per_graph_slowdown"):
+        values = [r[key] for r in rounds]
+        assert all(v >= 0 for v in values)
+        assert values == sorted(values, reverse=True), key  # best-so-far never worse
+    assert report["mean"]["slowdown"] == pytest.approx(rounds[-1]["slowdown"])
+    assert report["mean"]["random_slowdown"] == pytest.approx(
+        rounds[-1]["random_slowdown"]
+    )
+    unet = by_name(report, "unet_3d")
+    configs = load_npz(layout_path).configs[unet["measured"][:4]]
+    distinct = len({c.tobytes() for c in configs})  # unet repeats some configs
+    want = distinct if distinct >= 4 else 0  # the service adapts from 4 on
+    assert [r["adapted"] for r in unet["rounds"]] == [0, 0, want]
+    assert len(set(unet["measured"])) == 6 and unet["feedback_stored"] == 6
+    taus = unet["rounds"][-1]["kendall_tau_unmeasured"]
+    assert set(taus) == {"adapted", "model", "per_graph"}
+    assert all(-1 <= t <= 1 for t in taus.values())
+    adapted = []
+    for g in report["graphs"]:
+        sample = load_npz(g["file"])
+        seen = len({c.tobytes() for c in sample.configs[g["measured"][:4]]})
+        if len(g["rounds"]) == 3:
+            assert g["rounds"][2]["adapted"] == (seen if seen >= 4 else 0), g["file"]
+            adapted.append(g["rounds"][2]["adapted"])
+        # a kernel with fewer configs than 6 runs out: every config measured once
+        assert len(g["measured"]) == len(set(g["measured"])) == min(6, g["configs"])
+        best = int(sample.runtimes[g["measured"]].min())
+        assert g["best_found_ns"] == best
+    assert max(adapted) >= 4  # fusion.191 at least
+    table = run_cli("--server", live_server, "--data", str(layout_path),
+                    "--rounds", "2", "--budget", "3", "--target", "replay-table")  # fmt: skip
+    assert table.exit_code == 0 and "learning curve" in table.stdout

@@ -118,6 +118,7 @@ def service_process(
         **os.environ,
         "PYTHONPATH": str(REPO),
         "COSTMODEL_MODEL_DIR": str(model_dir),
+        "COSTMODEL_DATA_DIR": str(tmp_path / "data"),
         "COSTMODEL_REDIS_URL": redis_url,
         "COSTMODEL_REDIS_COOLDOWN_S": "0.2",
         "COSTMODEL_ADMIN_TOKEN": ADMIN,

@@ -56,6 +56,7 @@ def add_version(
 def make_settings(model_dir: Path, **overrides: Any) -> Settings:
     base: dict[str, Any] = {
         "model_dir": model_dir,
+        "data_dir": model_dir.parent / "data",  # a SQLite file per test
         "admin_token": ADMIN,
         "redis_cooldown_s": 0.0,
     }

@@ -1,0 +1,83 @@
+"""Graphs kept in the measurement database, so what is measured on them can be
+exported and trained on later (and feedback reaches a replica that never saw them).
+
+    GraphArchive.keep(gid, collection, graph)   store once, on first sight; best-effort
+    GraphArchive.load(gid)                      the stored graph, or None
+
+Keeping is best-effort: ranking never fails because the database is down (the graph
+is kept on a later sight, or sent inline with feedback). Which ids this process has
+kept is remembered, so a graph costs one write per process at most.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any, Protocol
+
+import numpy as np
+
+from service.core.database import Database
+from service.store import StoreError
+from tpugraphs.arrays import Graph, make_graph
+
+log = logging.getLogger(__name__)
+
+
+class ArchiveEvents(Protocol):
+    def store_error(self, op: str) -> None: ...
+
+
+def graph_arrays(graph: Graph) -> dict[str, np.ndarray[Any, Any]]:
+    arrays: dict[str, np.ndarray[Any, Any]] = {
+        "node_feat": graph.node_feat,
+        "node_opcode": graph.node_opcode,
+        "edge_index": graph.edge_index,
+    }
+    if graph.node_config_ids is not None:
+        arrays["node_config_ids"] = graph.node_config_ids
+    if graph.node_splits is not None:
+        arrays["node_splits"] = graph.node_splits
+    return arrays
+
+
+class GraphArchive:
+    def __init__(self, db: Database, events: ArchiveEvents, remember: int = 65_536):
+        self.db = db
+        self.events = events
+        self._kept: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember
+
+    def kept(self, gid: str) -> bool:
+        return gid in self._kept
+
+    async def keep(self, gid: str, collection: str, graph: Graph) -> bool:
+        """Store the graph unless this process already did; False if it could not."""
+        if gid in self._kept:
+            self._kept.move_to_end(gid)
+            return True
+        arrays = graph_arrays(graph)
+        try:
+            await self.db.run(lambda s: s.save_graph(gid, collection, arrays))
+        except StoreError as exc:
+            self.events.store_error("save_graph")
+            log.warning(
+                "graph not archived", extra={"graph_id": gid, "error": str(exc)}
+            )
+            return False
+        self._kept[gid] = None
+        if len(self._kept) > self._remember:
+            self._kept.popitem(last=False)
+        return True
+
+    async def load(self, gid: str) -> Graph | None:
+        """The stored graph (``StoreUnavailable`` if the database is down)."""
+        stored = await self.db.run(lambda s: s.load_graph(gid))
+        if stored is None:
+            return None
+        a = stored.arrays
+        self._kept[gid] = None
+        return make_graph(
+            a["node_feat"], a["node_opcode"], a["edge_index"],
+            a.get("node_config_ids"), a.get("node_splits"),
+        )  # fmt: skip
