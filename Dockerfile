@@ -16,10 +16,14 @@ COPY clients/ clients/
 COPY models/ models/
 COPY benchmarks/ benchmarks/
 RUN pip install . \
-    && useradd --system --uid 10001 --no-create-home costmodel
+    && useradd --system --uid 10001 --no-create-home costmodel \
+    && mkdir -p /var/lib/costmodel && chown costmodel /var/lib/costmodel
 
 USER costmodel
+# Measurements: a SQLite file on this volume unless COSTMODEL_DATABASE_URL is set.
+VOLUME /var/lib/costmodel
 ENV COSTMODEL_MODEL_DIR=/app/models/artifacts \
+    COSTMODEL_DATA_DIR=/var/lib/costmodel \
     COSTMODEL_HOST=0.0.0.0 \
     COSTMODEL_PORT=8000
 EXPOSE 8000

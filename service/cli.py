@@ -30,6 +30,12 @@ def serve(
         str | None,
         typer.Option(help="redis://host:port/db; none = in-process cache only"),
     ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="sqlite:///PATH or postgresql://...; none = data/costmodel.db"
+        ),
+    ] = None,
     models: Annotated[
         str | None,
         typer.Option(help="comma-separated model names (default tile,layout)"),
@@ -44,6 +50,7 @@ def serve(
         "port": port,
         "model_dir": model_dir,
         "redis_url": redis_url,
+        "database_url": database_url,
         "models": models,
         "log_level": log_level.upper() if log_level else None,
     }
