@@ -152,6 +152,8 @@ def server_env(
         "COSTMODEL_LOG_LEVEL": "WARNING",
         # The benchmark's own requests are large and slow on a loaded machine.
         "COSTMODEL_REDIS_TIMEOUT_S": "2",
+        # Its own measurement database, never the working directory's data/.
+        "COSTMODEL_DATA_DIR": tempfile.mkdtemp(prefix="costmodel-bench-data-"),
     }
     if opts.workers is not None:
         env["COSTMODEL_INFERENCE_WORKERS"] = str(opts.workers)

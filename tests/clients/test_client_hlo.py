@@ -36,9 +36,11 @@ UNET_TEXT = HLO_DIR / "unet_3d.4x4.bf16.hlo.txt"
 
 
 @pytest.fixture
-async def app() -> AsyncIterator[FastAPI]:
+async def app(tmp_path: Path) -> AsyncIterator[FastAPI]:
     settings = Settings(
-        model_dir=REPO / "models" / "artifacts", models=["tile", "layout"]
+        model_dir=REPO / "models" / "artifacts",
+        models=["tile", "layout"],
+        data_dir=tmp_path / "data",
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):
