@@ -9,7 +9,7 @@ and the call raises ``VersionNotLoaded`` rather than silently switching.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -18,11 +18,68 @@ from clients.payloads import GraphInput
 from clients.retry import Deadline
 from clients.wire import FeedbackResult, RankResult
 
-if TYPE_CHECKING:
-    from clients.async_client import AsyncCostModelClient
-    from clients.client import CostModelClient
-
 Runtimes = Sequence[int] | np.ndarray[Any, Any]
+DeadlineArg = float | Deadline | None
+
+
+# What a session needs of its client. Declared here rather than imported, so the
+# clients (which create sessions) and the sessions do not import each other.
+class Ranks(Protocol):
+    def rank(
+        self,
+        model: str,
+        graph: GraphInput,
+        configs: Any,
+        *,
+        top_k: int | None = ...,
+        deadline: DeadlineArg = ...,
+        fallback: Sequence[int] | None = ...,
+        model_version: str | None = ...,
+        target: str | None = ...,
+        adapt: bool = ...,
+    ) -> RankResult: ...
+
+    def feedback(
+        self,
+        model: str,
+        graph: GraphInput,
+        runtimes_ns: Runtimes,
+        *,
+        configs: Any | None = ...,
+        config_indices: Sequence[int] | None = ...,
+        model_version: str | None = ...,
+        target: str | None = ...,
+        deadline: DeadlineArg = ...,
+    ) -> FeedbackResult: ...
+
+
+class AsyncRanks(Protocol):
+    async def rank(
+        self,
+        model: str,
+        graph: GraphInput,
+        configs: Any,
+        *,
+        top_k: int | None = ...,
+        deadline: DeadlineArg = ...,
+        fallback: Sequence[int] | None = ...,
+        model_version: str | None = ...,
+        target: str | None = ...,
+        adapt: bool = ...,
+    ) -> RankResult: ...
+
+    async def feedback(
+        self,
+        model: str,
+        graph: GraphInput,
+        runtimes_ns: Runtimes,
+        *,
+        configs: Any | None = ...,
+        config_indices: Sequence[int] | None = ...,
+        model_version: str | None = ...,
+        target: str | None = ...,
+        deadline: DeadlineArg = ...,
+    ) -> FeedbackResult: ...
 
 
 class _Pin:
@@ -51,7 +108,7 @@ class TuningSession(_Pin):
 
     def __init__(
         self,
-        client: CostModelClient,
+        client: Ranks,
         model: str,
         model_version: str | None = None,
         target: str | None = None,
@@ -108,7 +165,7 @@ class AsyncTuningSession(_Pin):
 
     def __init__(
         self,
-        client: AsyncCostModelClient,
+        client: AsyncRanks,
         model: str,
         model_version: str | None = None,
         target: str | None = None,
