@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: serve test test-fast lint train bench bench-quick redis-server postgresql clean
+.PHONY: serve test test-fast lint train bench bench-quick learning-curve redis-server postgresql clean
 
 # The service needs no torch: `make serve` installs the runtime dependencies only.
 $(VENV)/.serve-deps: pyproject.toml
@@ -58,6 +58,11 @@ bench: $(VENV)/.all-deps redis-server
 
 bench-quick: $(VENV)/.all-deps redis-server
 	$(BIN)/costmodel bench --quick
+
+# Per-graph adaptation measured end to end (trains leave-one-kernel-out tile models,
+# starts redis-server, PostgreSQL and services): benchmarks/results/learning_curve.*
+learning-curve: $(VENV)/.all-deps redis-server postgresql
+	$(BIN)/python -m benchmarks.learning
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

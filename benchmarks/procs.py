@@ -1,22 +1,26 @@
-"""The processes a run starts: a throwaway ``redis-server`` and a uvicorn server.
+"""The processes a run starts: a throwaway ``redis-server``, PostgreSQL cluster and
+uvicorn server.
 
-Both bind 127.0.0.1 on a free port, log to a file in the run's work directory, are
+All bind 127.0.0.1 on a free port, log to a file in the run's work directory, are
 waited on until they answer, and are stopped (terminate, then kill) by ``stop``, which
 is safe to call twice. Use them as context managers so a failing phase still stops them.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import httpx
 
@@ -218,3 +222,127 @@ class ServiceServer(ManagedProcess):
             return httpx.get(self.url + "/readyz", timeout=1.0).is_success
         except httpx.HTTPError:
             return False
+
+
+def postgres_bindir() -> Path | None:
+    """The newest PostgreSQL server binaries (Debian keeps them off PATH, under
+    /usr/lib/postgresql/<major>/bin), else the ones next to ``initdb`` on PATH."""
+
+    def major(path: Path) -> int:
+        return int(path.parent.name) if path.parent.name.isdigit() else 0
+
+    candidates = sorted(map(Path, glob.glob("/usr/lib/postgresql/*/bin")), key=major)
+    on_path = shutil.which("initdb")
+    if on_path is not None:
+        candidates.insert(0, Path(on_path).resolve().parent)
+    for bindir in reversed(candidates):
+        if (bindir / "initdb").is_file() and (bindir / "postgres").is_file():
+            return bindir
+    return None
+
+
+class PostgresServer(ManagedProcess):
+    """A throwaway PostgreSQL cluster: ``initdb`` (trust auth, no fsync) into a fresh
+    directory under /tmp, then ``postgres`` on a free loopback port.
+
+    PostgreSQL refuses to run as root, so as root the cluster belongs to the
+    ``postgres`` system user. Never the PostgreSQL a machine may run on 5432.
+    ``stop`` is a fast shutdown (clients are disconnected) and removes the cluster.
+    """
+
+    name = "postgres"
+    ready_timeout_s = 30.0
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        bindir = postgres_bindir()
+        if bindir is None:
+            raise ProcessError(
+                "PostgreSQL server binaries (initdb, postgres) not found "
+                "(`make postgresql`)"
+            )
+        self.bindir = bindir
+        self.as_user = _postgres_user()
+        self.root: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@{LOOPBACK}:{self.port}/postgres"
+
+    def start(self) -> Self:
+        self._initdb()
+        try:
+            return super().start()
+        except BaseException:
+            self._remove()
+            raise
+
+    def _initdb(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="costmodel-pg-"))
+        (self.root / "sock").mkdir()
+        if self.as_user:
+            for path in (self.root, self.root / "sock"):
+                os.chown(path, self.as_user["user"], self.as_user["group"])
+        done = subprocess.run(
+            [str(self.bindir / "initdb"), "-D", str(self.root / "data"),
+             "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale",
+             "--no-sync"],
+            capture_output=True, text=True, cwd=self.root, **self.as_user,
+        )  # fmt: skip
+        if done.returncode != 0:
+            self._remove()
+            raise ProcessError(f"initdb failed: {done.stderr or done.stdout}")
+
+    def command(self) -> list[str]:
+        assert self.root is not None, "start() runs initdb first"
+        return [str(self.bindir / "postgres"), "-D", str(self.root / "data"),
+                "-p", str(self.port), "-k", str(self.root / "sock"),
+                "-c", f"listen_addresses={LOOPBACK}", "-c", "fsync=off",
+                "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                "-c", "max_connections=200"]  # fmt: skip
+
+    def _spawn(self) -> None:
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.root, **self.as_user,
+            )  # fmt: skip
+
+    def ready(self) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # fast shutdown; SIGTERM waits for clients
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self._remove()
+
+    def _remove(self) -> None:
+        root, self.root = self.root, None
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _postgres_user() -> dict[str, Any]:
+    """Popen/run keyword arguments that drop root to the ``postgres`` user."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    try:
+        entry = pwd.getpwnam("postgres")
+    except KeyError:
+        raise ProcessError("running as root, but there is no `postgres` user") from None
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
