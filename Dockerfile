@@ -9,13 +9,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 # Dependencies first, so editing code does not reinstall them.
 COPY pyproject.toml README.md ./
-COPY costmodel/ costmodel/
+COPY xla_costmodel/ xla_costmodel/
 COPY tpugraphs/ tpugraphs/
 COPY service/ service/
 COPY clients/ clients/
 COPY models/ models/
 COPY benchmarks/ benchmarks/
-RUN pip install . \
+RUN pip install '.[service]' \
     && useradd --system --uid 10001 --no-create-home costmodel \
     && mkdir -p /var/lib/costmodel && chown costmodel /var/lib/costmodel
 

@@ -11,14 +11,14 @@ PORT   ?= 8000
 $(VENV)/.serve-deps: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[service]'
 	touch $@
 
 # Tests, training and benchmarks: everything, torch (CPU) included.
 $(VENV)/.all-deps: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[train,test,bench,dev]'
+	$(BIN)/python -m pip install -q -e '.[service,train,test,bench,dev]'
 	touch $@ $(VENV)/.serve-deps
 
 serve: $(VENV)/.serve-deps
@@ -51,7 +51,7 @@ lint: $(VENV)/.all-deps
 
 # Rebuilds the shipped models from the labelled real files in ../shared/tpugraphs.
 train: $(VENV)/.all-deps
-	$(BIN)/python -m models.shipped
+	$(BIN)/python -m xla_costmodel.models.shipped
 
 bench: $(VENV)/.all-deps redis-server
 	$(BIN)/costmodel bench
@@ -62,7 +62,7 @@ bench-quick: $(VENV)/.all-deps redis-server
 # Per-graph adaptation measured end to end (trains leave-one-kernel-out tile models,
 # starts redis-server, PostgreSQL and services): benchmarks/results/learning_curve.*
 learning-curve: $(VENV)/.all-deps redis-server postgresql
-	$(BIN)/python -m benchmarks.learning
+	$(BIN)/python -m xla_costmodel.benchmarks.learning
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

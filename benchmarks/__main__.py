@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from benchmarks.cli import bench
+from xla_costmodel.benchmarks.cli import bench
 
 
 def main() -> None:

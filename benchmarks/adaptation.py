@@ -1,6 +1,6 @@
-"""Per-graph adaptation: the method study behind ``tpugraphs.adapt`` and its defaults.
+"""Per-graph adaptation: the method study behind ``xla_costmodel.tpugraphs.adapt`` and its defaults.
 
-``python -m benchmarks.adaptation [--json]`` writes ``benchmarks/results/adaptation.json``
+``python -m xla_costmodel.benchmarks.adaptation [--json]`` writes ``benchmarks/results/adaptation.json``
 and prints the tables (or the JSON).
 
 Protocol (leave configs out, on every labelled graph of the shared data set): a graph's
@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.data import REPO, shared_root
-from costmodel.manifest import list_versions
-from costmodel.runner import ArtifactRunner
-from tpugraphs import adapt
-from tpugraphs.metrics import kendall_tau, topk_slowdown
-from tpugraphs.reader import load_npz
+from xla_costmodel.benchmarks.data import REPO, shared_root
+from xla_costmodel.manifest import list_versions
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.tpugraphs import adapt
+from xla_costmodel.tpugraphs.metrics import kendall_tau, topk_slowdown
+from xla_costmodel.tpugraphs.reader import load_npz
 
 LAYOUT_FILES = (
     "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz",

@@ -61,9 +61,9 @@ def bench(
     # Imported here: building the ``costmodel`` app must not load onnxruntime.
     from dataclasses import replace
 
-    from benchmarks.harness import Options, run
-    from benchmarks.plan import PLANS
-    from benchmarks.report import missing_keys, print_table, to_json
+    from xla_costmodel.benchmarks.harness import Options, run
+    from xla_costmodel.benchmarks.plan import PLANS
+    from xla_costmodel.benchmarks.report import missing_keys, print_table, to_json
 
     plan = PLANS["smoke" if smoke else "quick" if quick else "full"]
     if clients is not None or load_seconds is not None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tpugraphs.arrays import Graph, Sample
-from tpugraphs.reader import load_npz
-from tpugraphs.spec import TILE_CONFIG_DIM
+from xla_costmodel.tpugraphs.arrays import Graph, Sample
+from xla_costmodel.tpugraphs.reader import load_npz
+from xla_costmodel.tpugraphs.spec import TILE_CONFIG_DIM
 
 REPO = Path(__file__).resolve().parents[1]
 TILE_SUBDIR = "pb/official_testdata/op_tuning_data.converted"

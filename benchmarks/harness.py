@@ -20,22 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import inproc, layout_phase, torch_eager
-from benchmarks.data import (
+from xla_costmodel.benchmarks import inproc, layout_phase, torch_eager
+from xla_costmodel.benchmarks.data import (
     REPO,
     TileWorkload,
     layout_sample,
     shared_root,
     tile_workload,
 )
-from benchmarks.http_phase import BODIES, HttpRanker
-from benchmarks.load import LoadTarget, run_load
-from benchmarks.plan import Plan
-from benchmarks.plot import latency_plot, sweep_table
-from benchmarks.procs import RedisServer, ServiceServer, rss_mb
-from benchmarks.report import add_ratios
-from clients import CostModelClient, PreparedGraph, prepare_graph
-from tpugraphs.arrays import Sample
+from xla_costmodel.benchmarks.http_phase import BODIES, HttpRanker
+from xla_costmodel.benchmarks.load import LoadTarget, run_load
+from xla_costmodel.benchmarks.plan import Plan
+from xla_costmodel.benchmarks.plot import latency_plot, sweep_table
+from xla_costmodel.benchmarks.procs import RedisServer, ServiceServer, rss_mb
+from xla_costmodel.benchmarks.report import add_ratios
+from xla_costmodel.clients import CostModelClient, PreparedGraph, prepare_graph
+from xla_costmodel.tpugraphs.arrays import Sample
 
 Log = Callable[[str], None]
 
@@ -133,7 +133,7 @@ def in_process(
 
 
 def latest(model_dir: Path, name: str) -> Path:
-    from costmodel.manifest import list_versions
+    from xla_costmodel.manifest import list_versions
 
     versions = list_versions(model_dir, name)
     if not versions:

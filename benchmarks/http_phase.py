@@ -14,11 +14,11 @@ from typing import Literal
 
 import httpx
 
-from benchmarks.data import F32
-from benchmarks.inproc import Budget, take_rows
-from benchmarks.timing import Timings, time_calls
-from clients import CostModelClient, PreparedGraph, RankResult
-from clients.wire import JSON, json_body, parse_rank
+from xla_costmodel.benchmarks.data import F32
+from xla_costmodel.benchmarks.inproc import Budget, take_rows
+from xla_costmodel.benchmarks.timing import Timings, time_calls
+from xla_costmodel.clients import CostModelClient, PreparedGraph, RankResult
+from xla_costmodel.clients.wire import JSON, json_body, parse_rank
 
 Body = Literal["binary", "json"]
 BODIES: tuple[Body, ...] = ("binary", "json")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.data import F32
-from benchmarks.timing import Timings, time_calls
-from costmodel.runner import ArtifactRunner, Embedding, SessionOptions
-from tpugraphs.arrays import Graph
+from xla_costmodel.benchmarks.data import F32
+from xla_costmodel.benchmarks.timing import Timings, time_calls
+from xla_costmodel.runner import ArtifactRunner, Embedding, SessionOptions
+from xla_costmodel.tpugraphs.arrays import Graph
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmarks.data import F32, fresh_copy
-from benchmarks.inproc import Budget
-from benchmarks.procs import RedisServer
-from benchmarks.timing import Timings, time_calls
-from clients import CostModelClient, PreparedGraph, prepare_graph
-from tpugraphs.arrays import Graph, Sample
+from xla_costmodel.benchmarks.data import F32, fresh_copy
+from xla_costmodel.benchmarks.inproc import Budget
+from xla_costmodel.benchmarks.procs import RedisServer
+from xla_costmodel.benchmarks.timing import Timings, time_calls
+from xla_costmodel.clients import CostModelClient, PreparedGraph, prepare_graph
+from xla_costmodel.tpugraphs.arrays import Graph, Sample
 
 
 @dataclass

@@ -1,8 +1,8 @@
-"""``python -m benchmarks.learning [--quick] [--json] [--out DIR]``: per-graph
+"""``python -m xla_costmodel.benchmarks.learning [--quick] [--json] [--out DIR]``: per-graph
 adaptation measured end to end, through real processes.
 
 Starts a ``redis-server``, a throwaway PostgreSQL cluster and uvicorn services
-(``benchmarks.procs``) on free loopback ports, each service with a fresh SQLite data
+(``xla_costmodel.benchmarks.procs``) on free loopback ports, each service with a fresh SQLite data
 directory (or the PostgreSQL database), and drives them with the real client and the
 real replay autotuner:
 
@@ -47,11 +47,11 @@ from typing import Annotated, Any
 
 import typer
 
-from benchmarks import learning_layout, learning_tile, learning_timing
-from benchmarks.learning_report import plot, summary
-from benchmarks.procs import PostgresServer, RedisServer, ServiceServer
-from clients import CostModelClient
-from models.shipped import TILE_EPOCHS
+from xla_costmodel.benchmarks import learning_layout, learning_tile, learning_timing
+from xla_costmodel.benchmarks.learning_report import plot, summary
+from xla_costmodel.benchmarks.procs import PostgresServer, RedisServer, ServiceServer
+from xla_costmodel.clients import CostModelClient
+from xla_costmodel.models.shipped import TILE_EPOCHS
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_MODELS = REPO / "models" / "artifacts"
@@ -63,13 +63,13 @@ DEFINITIONS = {
     "strategies": "slowdown = model + adaptation (the live replay loop, feedback "
     "after every round); model_slowdown = the model's prior top n; random_slowdown = "
     "exact expectation of the best of n uniformly random configs; per_graph_slowdown "
-    "= a per-graph fit without prior (tpugraphs.adapt) on its own measurements, "
+    "= a per-graph fit without prior (xla_costmodel.tpugraphs.adapt) on its own measurements, "
     "random until 2 distinct configs are measured",
     "default_slowdown": "tile: runtime of the default config (runtime equal to its "
     "config_runtime_normalizers entry) / true best - 1; layout files mark none",
     "round_means": "mean over kernels; a kernel whose configs ran out keeps its last "
     "round; measured = round * budget (nominal)",
-    "kendall_tau": "tpugraphs.metrics.kendall_tau (tau-b) between scores and runtimes",
+    "kendall_tau": "xla_costmodel.tpugraphs.metrics.kendall_tau (tau-b) between scores and runtimes",
     "noise_ceiling": "tau between the first and second measurement of every config "
     "the unet file measures twice or more: the best tau any ranker can expect",
     "timings": "p50/p90 of time.perf_counter spans after warm-up; rank and feedback "
@@ -245,7 +245,7 @@ def learning(
     ] = DEFAULT_OUT,
 ) -> None:
     """Measure per-graph adaptation end to end (real service, client and replay)."""
-    from benchmarks.data import shared_root
+    from xla_costmodel.benchmarks.data import shared_root
 
     plan = PLANS["quick" if quick else "full"]
 

@@ -1,4 +1,4 @@
-"""Phase 2 of ``benchmarks.learning``: adaptation on ``unet_3d.4x4.bf16``.
+"""Phase 2 of ``xla_costmodel.benchmarks.learning``: adaptation on ``unet_3d.4x4.bf16``.
 
 The shipped layout model never trained on this graph. (a) The headline: 50 rows
 (``default_rng(seed).permutation(C)[:50]``) go to the service as feedback through the
@@ -6,7 +6,7 @@ client; the service then ranks the file's other rows, adapted and prior-only
 (``adapt=False``), and Kendall tau compares each with the recorded runtimes. Each
 seed reports under a target of its own, so every seed starts from an empty
 measurement set on the same service. (b) The replay learning curve (rounds of
-``budget`` measurements, ``clients.rounds``), with tau on the unmeasured configs.
+``budget`` measurements, ``xla_costmodel.clients.rounds``), with tau on the unmeasured configs.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from clients import CostModelClient, PreparedGraph, prepare_graph
-from clients.replay import Budget, Replayer
-from tpugraphs.arrays import Sample
-from tpugraphs.metrics import kendall_tau
-from tpugraphs.reader import load_npz
+from xla_costmodel.clients import CostModelClient, PreparedGraph, prepare_graph
+from xla_costmodel.clients.replay import Budget, Replayer
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.metrics import kendall_tau
+from xla_costmodel.tpugraphs.reader import load_npz
 
 UNET = "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"
 LAYOUT_MODEL = "layout"

@@ -1,4 +1,4 @@
-"""The plot and the printed summary of ``benchmarks.learning``."""
+"""The plot and the printed summary of ``xla_costmodel.benchmarks.learning``."""
 
 from __future__ import annotations
 

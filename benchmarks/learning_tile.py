@@ -1,10 +1,10 @@
-"""Phase 1 of ``benchmarks.learning``: the tile leave-one-kernel-out learning curve.
+"""Phase 1 of ``xla_costmodel.benchmarks.learning``: the tile leave-one-kernel-out learning curve.
 
-Each rankable kernel is held out in turn (``models.crossval.kernel_folds``: one fold
+Each rankable kernel is held out in turn (``xla_costmodel.models.crossval.kernel_folds``: one fold
 per graph, so files of one graph stay together): a tile model is trained with the
-shipped recipe (``models.shipped.tile_config``, ``TILE_EPOCHS``, seed 0) on every other
+shipped recipe (``xla_costmodel.models.shipped.tile_config``, ``TILE_EPOCHS``, seed 0) on every other
 file and exported as ``tile-loko-<i>``. One service serves them all; the replay
-autotuner (``clients.replay.Replayer`` with rounds) then runs on each held-out kernel
+autotuner (``xla_costmodel.clients.replay.Replayer`` with rounds) then runs on each held-out kernel
 with the model that never saw it, so every figure here is on an unseen kernel.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from clients import CostModelClient
-from clients.replay import Budget, Replayer, default_config
-from tpugraphs.reader import load_npz
+from xla_costmodel.clients import CostModelClient
+from xla_costmodel.clients.replay import Budget, Replayer, default_config
+from xla_costmodel.tpugraphs.reader import load_npz
 
 Log = Callable[[str], None]
 STRATEGIES = ("slowdown", "model_slowdown", "random_slowdown", "per_graph_slowdown")
@@ -48,11 +48,11 @@ def train_models(
     """Train and export one model per held-out kernel; ``kernels`` None: all."""
     from rich.console import Console
 
-    from models.crossval import kernel_folds
-    from models.export import export_artifact
-    from models.shipped import tile_config, tile_files
-    from models.train import fit
-    from tpugraphs.reader import file_graph
+    from xla_costmodel.models.crossval import kernel_folds
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.shipped import tile_config, tile_files
+    from xla_costmodel.models.train import fit
+    from xla_costmodel.tpugraphs.reader import file_graph
 
     _quiet_exporter()
     files, rankable = tile_files(shared)
@@ -168,8 +168,8 @@ def run(
                                LONG_TARGET, plan.long_min_configs)  # fmt: skip
     return {
         "protocol": {
-            "method": "leave-one-kernel-out (models.crossval.kernel_folds), shipped "
-            "tile recipe (models.shipped.tile_config, seed 0) on every other file",
+            "method": "leave-one-kernel-out (xla_costmodel.models.crossval.kernel_folds), shipped "
+            "tile recipe (xla_costmodel.models.shipped.tile_config, seed 0) on every other file",
             "epochs": plan.tile_epochs,
             "rounds": plan.tile_rounds,
             "budget": plan.tile_budget,

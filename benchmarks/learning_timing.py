@@ -1,6 +1,6 @@
-"""Phase 3 of ``benchmarks.learning``: what adaptation costs, in time.
+"""Phase 3 of ``xla_costmodel.benchmarks.learning``: what adaptation costs, in time.
 
-- ``fit``: ``tpugraphs.adapt.fit`` in process on 2,000 distinct configs of unet (62
+- ``fit``: ``xla_costmodel.tpugraphs.adapt.fit`` in process on 2,000 distinct configs of unet (62
   configurable nodes), built from its real configs by swapping node layouts between
   them; each keeps the runtime of the config it was built from, and the prior is the
   shipped layout model's score (asked of the service with ``adapt=false``).
@@ -31,10 +31,15 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.timing import percentile
-from clients import CostModelClient, PreparedGraph, TuningSession, prepare_graph
-from tpugraphs import adapt
-from tpugraphs.arrays import Sample
+from xla_costmodel.benchmarks.timing import percentile
+from xla_costmodel.clients import (
+    CostModelClient,
+    PreparedGraph,
+    TuningSession,
+    prepare_graph,
+)
+from xla_costmodel.tpugraphs import adapt
+from xla_costmodel.tpugraphs.arrays import Sample
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTHETIC = 2000

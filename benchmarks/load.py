@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.timing import percentile
+from xla_costmodel.benchmarks.timing import percentile
 
 STARTUP_TIMEOUT_S = 60.0  # spawning N interpreters on a busy 2-core machine
 
@@ -77,8 +77,8 @@ def _client(
     index: int, target: LoadTarget, spec: LoadSpec, ready: Any, start: Any, out: Any
 ) -> None:
     """One client process: build the workload, say ready, wait for the start, loop."""
-    from benchmarks.data import tile_workload
-    from clients import CostModelClient, CostModelError, prepare_graph
+    from xla_costmodel.benchmarks.data import tile_workload
+    from xla_costmodel.clients import CostModelClient, CostModelError, prepare_graph
 
     tile = tile_workload(pool=target.pool, root=target.data_root)
     graphs = [

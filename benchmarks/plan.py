@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from benchmarks.data import NLP_GRAPH, SMALL_LAYOUT_GRAPH
-from benchmarks.inproc import Budget
-from benchmarks.load import LoadSpec
+from xla_costmodel.benchmarks.data import NLP_GRAPH, SMALL_LAYOUT_GRAPH
+from xla_costmodel.benchmarks.inproc import Budget
+from xla_costmodel.benchmarks.load import LoadSpec
 
 Mode = Literal["smoke", "quick", "full"]
 SWEEP_SIZES = (1, 10, 100, 1_000, 10_000, 100_000)

@@ -185,7 +185,7 @@ class RedisServer(ManagedProcess):
 class ServiceServer(ManagedProcess):
     """The service under uvicorn, one worker, configured by ``COSTMODEL_*`` variables.
 
-    It is started through the service's own factory ``service.app:app_from_env``
+    It is started through the service's own factory ``xla_costmodel.service.app:app_from_env``
     (``create_app(Settings())``), so it is the app ``costmodel serve`` runs.
     """
 
@@ -202,7 +202,7 @@ class ServiceServer(ManagedProcess):
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "uvicorn", "--factory",
-                "service.app:app_from_env", "--host", LOOPBACK,
+                "xla_costmodel.service.app:app_from_env", "--host", LOOPBACK,
                 "--port", str(self.port), "--workers", "1",
                 "--log-level", "warning", "--no-access-log"]  # fmt: skip
 

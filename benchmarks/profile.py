@@ -1,4 +1,4 @@
-"""``python -m benchmarks.profile``: where a request's time goes, server and client.
+"""``python -m xla_costmodel.benchmarks.profile``: where a request's time goes, server and client.
 
 Starts Redis and the service like the benchmark does, drives one request type in a
 loop through the real client (``http-binary``, ``http-json``, ``layout-cached``,
@@ -26,11 +26,11 @@ from typing import Annotated
 
 import typer
 
-from benchmarks.data import REPO, fresh_copy, layout_sample, tile_workload
-from benchmarks.harness import Options, server_env
-from benchmarks.http_phase import Body, HttpRanker
-from benchmarks.procs import RedisServer, ServiceServer
-from clients import CostModelClient, prepare_graph
+from xla_costmodel.benchmarks.data import REPO, fresh_copy, layout_sample, tile_workload
+from xla_costmodel.benchmarks.harness import Options, server_env
+from xla_costmodel.benchmarks.http_phase import Body, HttpRanker
+from xla_costmodel.benchmarks.procs import RedisServer, ServiceServer
+from xla_costmodel.clients import CostModelClient, prepare_graph
 
 # Leaf functions of a thread that is waiting, not working.
 IDLE_LEAVES = frozenset({"select", "poll", "wait", "Runner.run", "_run_once",

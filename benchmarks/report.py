@@ -172,7 +172,7 @@ def markdown(result: Mapping[str, Any]) -> str:
 
 
 def main() -> None:
-    """``python -m benchmarks.report RESULT.json``: print a saved run as Markdown."""
+    """``python -m xla_costmodel.benchmarks.report RESULT.json``: print a saved run as Markdown."""
     import sys
 
     print(markdown(json.loads(Path(sys.argv[1]).read_text())), end="")

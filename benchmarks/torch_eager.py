@@ -18,14 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.data import F32
-from benchmarks.inproc import Budget
-from benchmarks.timing import Timings, time_calls
-from tpugraphs.arrays import Graph
+from xla_costmodel.benchmarks.data import F32
+from xla_costmodel.benchmarks.inproc import Budget
+from xla_costmodel.benchmarks.timing import Timings, time_calls
+from xla_costmodel.tpugraphs.arrays import Graph
 
-CHECKPOINT = (
-    "checkpoint.pt"  # models.train.CHECKPOINT, named here to avoid importing torch
-)
+CHECKPOINT = "checkpoint.pt"  # xla_costmodel.models.train.CHECKPOINT, named here to avoid importing torch
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
 SAME_MODEL_ATOL = 1e-3  # float32 eager vs onnxruntime (folded weights) on raw scores
 
@@ -110,11 +108,11 @@ def _time_eager(
 
 
 def load_model(path: Path) -> Any:
-    """``models.network.CostModel`` with a checkpoint's weights (the blob that
+    """``xla_costmodel.models.network.CostModel`` with a checkpoint's weights (the blob that
     ``models`` saves: ``model_config`` and ``state_dict``), in eval mode."""
     import torch
 
-    from models.network import CostModel, ModelConfig
+    from xla_costmodel.models.network import CostModel, ModelConfig
 
     blob = torch.load(path, map_location="cpu", weights_only=True)
     model = CostModel(ModelConfig(**blob["model_config"]))

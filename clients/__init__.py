@@ -2,7 +2,7 @@
 
 Depends on httpx and numpy (plus the numpy-only ``tpugraphs`` format core) only::
 
-    from clients import CostModelClient
+    from xla_costmodel.clients import CostModelClient
 
     with CostModelClient("http://127.0.0.1:8000") as client:
         session = client.session("tile")
@@ -12,16 +12,16 @@ Depends on httpx and numpy (plus the numpy-only ``tpugraphs`` format core) only:
 
 A graph may also be HLO text (``Hlo(text)``, or a ``.hlo.txt`` path) and configs may be
 raw (``TileSizes``, or instruction name -> ``NodeLayout``): both are featurized and
-encoded on the client, so the graph_id is the service's own (see ``clients.hlo``)::
+encoded on the client, so the graph_id is the service's own (see ``xla_costmodel.clients.hlo``)::
 
         client.rank("layout", Hlo.read("model.hlo.txt"), [{"dot.3": NodeLayout([0, 1])}])
 """
 
 from __future__ import annotations
 
-from clients.async_client import AsyncCostModelClient
-from clients.client import CostModelClient
-from clients.errors import (
+from xla_costmodel.clients.async_client import AsyncCostModelClient
+from xla_costmodel.clients.client import CostModelClient
+from xla_costmodel.clients.errors import (
     ApiError,
     CostModelError,
     DeadlineExceeded,
@@ -34,13 +34,13 @@ from clients.errors import (
     ServiceUnavailable,
     VersionNotLoaded,
 )
-from clients.exchange import DEFAULT_LIMITS, DEFAULT_TIMEOUT
-from clients.hlo import Hlo
-from clients.payloads import GraphInput, PreparedGraph, prepare_graph
-from clients.retry import Deadline, RetryPolicy
-from clients.session import AsyncTuningSession, TuningSession
-from clients.wire import FeedbackResult, GraphInfo, ModelInfo, RankResult
-from tpugraphs.configs import NodeLayout, TileSizes
+from xla_costmodel.clients.exchange import DEFAULT_LIMITS, DEFAULT_TIMEOUT
+from xla_costmodel.clients.hlo import Hlo
+from xla_costmodel.clients.payloads import GraphInput, PreparedGraph, prepare_graph
+from xla_costmodel.clients.retry import Deadline, RetryPolicy
+from xla_costmodel.clients.session import AsyncTuningSession, TuningSession
+from xla_costmodel.clients.wire import FeedbackResult, GraphInfo, ModelInfo, RankResult
+from xla_costmodel.tpugraphs.configs import NodeLayout, TileSizes
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -10,8 +10,8 @@ from typing import Any, Self, TypeVar, cast
 import httpx
 import numpy as np
 
-from clients.errors import CostModelError, ServiceUnavailable
-from clients.exchange import (
+from xla_costmodel.clients.errors import CostModelError, ServiceUnavailable
+from xla_costmodel.clients.exchange import (
     DEFAULT_LIMITS,
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
@@ -19,11 +19,22 @@ from clients.exchange import (
     DeadlineArg,
     fallback_or_raise,
 )
-from clients.operations import Flow, feedback_flow, models_flow, upload_flow
-from clients.payloads import GraphInput, prepare_graph
-from clients.retry import Deadline, RetryPolicy
-from clients.session import AsyncTuningSession
-from clients.wire import Call, FeedbackResult, GraphInfo, ModelInfo, RankResult
+from xla_costmodel.clients.operations import (
+    Flow,
+    feedback_flow,
+    models_flow,
+    upload_flow,
+)
+from xla_costmodel.clients.payloads import GraphInput, prepare_graph
+from xla_costmodel.clients.retry import Deadline, RetryPolicy
+from xla_costmodel.clients.session import AsyncTuningSession
+from xla_costmodel.clients.wire import (
+    Call,
+    FeedbackResult,
+    GraphInfo,
+    ModelInfo,
+    RankResult,
+)
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""``costmodel replay``: the command-line face of ``clients.replay`` (rendering only)."""
+"""``costmodel replay``: the command-line face of ``xla_costmodel.clients.replay`` (rendering only)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from clients.client import CostModelClient
-from clients.errors import CostModelError
-from clients.replay import Budget, Replayer, ReplayReport
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.reader import expand_paths
+from xla_costmodel.clients.client import CostModelClient
+from xla_costmodel.clients.errors import CostModelError
+from xla_costmodel.clients.replay import Budget, Replayer, ReplayReport
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.reader import expand_paths
 
 DEFAULT_BUDGET = 5  # the tile task's historical top-5
 # Replay is offline evaluation, not a compiler on a deadline: be patient with big graphs.

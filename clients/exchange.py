@@ -17,16 +17,21 @@ from typing import Any
 
 import httpx
 
-from clients.errors import (
+from xla_costmodel.clients.errors import (
     CostModelError,
     ServiceUnavailable,
     error_from_response,
     error_from_transport,
 )
-from clients.operations import Flow, KnownGraphs, rank_flow
-from clients.payloads import GraphInput, PreparedGraph, config_array, prepare_graph
-from clients.retry import Deadline, RetryPolicy, parse_retry_after
-from clients.wire import Call, RankResult, fallback_result
+from xla_costmodel.clients.operations import Flow, KnownGraphs, rank_flow
+from xla_costmodel.clients.payloads import (
+    GraphInput,
+    PreparedGraph,
+    config_array,
+    prepare_graph,
+)
+from xla_costmodel.clients.retry import Deadline, RetryPolicy, parse_retry_after
+from xla_costmodel.clients.wire import Call, RankResult, fallback_result
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=10.0, write=10.0, pool=2.0)

@@ -1,4 +1,4 @@
-"""HLO text as a graph input, featurized on the client (``tpugraphs.hlo``, numpy only).
+"""HLO text as a graph input, featurized on the client (``xla_costmodel.tpugraphs.hlo``, numpy only).
 
 A graph given as HLO text becomes the same arrays, and so the same graph_id, that the
 service computes for the same text; ranking then takes the usual binary path. HLO
@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from clients.errors import InvalidRequest
-from clients.raw_configs import config_collection
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.hlo import HloGraph, HloParseError, featurize_hlo
+from xla_costmodel.clients.errors import InvalidRequest
+from xla_costmodel.clients.raw_configs import config_collection
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.hlo import HloGraph, HloParseError, featurize_hlo
 
 AUTO = "auto"
 HLO_SUFFIXES = (".hlo.txt", ".hlo")

@@ -19,9 +19,9 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from clients.errors import GraphNotFound, InvalidRequest, ProtocolError
-from clients.payloads import NPZ, PreparedGraph, config_array, configs_npz
-from clients.wire import (
+from xla_costmodel.clients.errors import GraphNotFound, InvalidRequest, ProtocolError
+from xla_costmodel.clients.payloads import NPZ, PreparedGraph, config_array, configs_npz
+from xla_costmodel.clients.wire import (
     JSON,
     Call,
     FeedbackResult,

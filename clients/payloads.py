@@ -2,7 +2,7 @@
 
 A graph may be given as a ``tpugraphs`` ``Graph`` or ``Sample`` (``load_npz``), as
 any mapping of TpuGraphs keys (a dict of arrays, or an open ``np.load`` file), as a
-path to an npz file, as HLO text (``clients.hlo``: featurized here), or as an already
+path to an npz file, as HLO text (``xla_costmodel.clients.hlo``: featurized here), or as an already
 ``PreparedGraph``. Configs are feature arrays or raw configs (``clients.raw_configs``).
 Validation is the format core's, so the client rejects locally what the service would
 reject with a 422.
@@ -23,13 +23,13 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib import format as npy_format
 
-from clients.errors import InvalidRequest
-from clients.hlo import Hlo, as_hlo, featurize, resolve
-from clients.raw_configs import encode_raw, is_raw
-from tpugraphs.arrays import Graph, Sample, make_configs, make_graph
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.graph_id import graph_id
-from tpugraphs.spec import Collection
+from xla_costmodel.clients.errors import InvalidRequest
+from xla_costmodel.clients.hlo import Hlo, as_hlo, featurize, resolve
+from xla_costmodel.clients.raw_configs import encode_raw, is_raw
+from xla_costmodel.tpugraphs.arrays import Graph, Sample, make_configs, make_graph
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.graph_id import graph_id
+from xla_costmodel.tpugraphs.spec import Collection
 
 NPZ = "application/x-npz"
 
@@ -73,7 +73,7 @@ GraphInput: TypeAlias = (
 
 
 def prepare_graph(value: GraphInput, configs: Any = None) -> PreparedGraph:
-    """Validate any accepted graph input and hash it with ``tpugraphs.graph_id``.
+    """Validate any accepted graph input and hash it with ``xla_costmodel.tpugraphs.graph_id``.
 
     ``configs``, when given, settles ``Hlo(configurable="auto")`` (tile or layout).
     """

@@ -1,4 +1,4 @@
-"""Raw configs -> config features, encoded on the client (``tpugraphs.configs``).
+"""Raw configs -> config features, encoded on the client (``xla_costmodel.tpugraphs.configs``).
 
 Raw configs are a list of, for a tile graph, ``TileSizes`` or dicts of their three
 lists; for a layout graph, mappings node -> ``NodeLayout`` (or a dict of ``output``,
@@ -13,11 +13,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from clients.errors import InvalidRequest
-from tpugraphs.arrays import F32, Graph
-from tpugraphs.config_json import is_tile_json, layout_from_json, tile_from_json
-from tpugraphs.configs import TileSizes, encode_layout, encode_tile
-from tpugraphs.errors import GraphFormatError
+from xla_costmodel.clients.errors import InvalidRequest
+from xla_costmodel.tpugraphs.arrays import F32, Graph
+from xla_costmodel.tpugraphs.config_json import (
+    is_tile_json,
+    layout_from_json,
+    tile_from_json,
+)
+from xla_costmodel.tpugraphs.configs import TileSizes, encode_layout, encode_tile
+from xla_costmodel.tpugraphs.errors import GraphFormatError
 
 
 def is_raw(configs: Any) -> bool:

@@ -6,27 +6,27 @@ feedback, and compare with the truth. Definitions (also written into the report)
 
 - ``slowdown`` = best runtime among the K measured / true best runtime - 1 (0 is
   perfect): the official TpuGraphs top-K slowdown, as ``costmodel evaluate`` and the
-  feedback gauges report it (``tpugraphs.metrics``).
+  feedback gauges report it (``xla_costmodel.tpugraphs.metrics``).
 - ``speedup_vs_default`` = runtime of the default config / best runtime found (> 1
   beats the default). Tile: the default is the config whose runtime equals its
   ``config_runtime_normalizers`` entry (the normaliser *is* the default config's
   runtime). Layout: null, because layout npz files do not mark the default config.
 - ``random_slowdown`` = E[best runtime of K configs drawn uniformly without
   replacement] / true best - 1, computed exactly from order statistics (no sampling;
-  ``tpugraphs.metrics.expected_random_topk_slowdown``).
+  ``xla_costmodel.tpugraphs.metrics.expected_random_topk_slowdown``).
   ``random_speedup_vs_default`` = default runtime / that expectation.
 - ``measured_fraction`` = K / C. A ``--budget-fraction`` F gives K = ceil(F * C),
   at least 1; every K is capped at C.
 - ``mean`` is the arithmetic mean over graphs (``speedup`` means over the graphs
   that have a default; null if none do).
-- With ``rounds`` R (``clients.rounds``): R rounds of K each, feedback after every
+- With ``rounds`` R (``xla_costmodel.clients.rounds``): R rounds of K each, feedback after every
   round, so the service adapts to the measurements; the top-level numbers are those
   after the last round (R * K measured), and ``rounds`` lists, per round, the mean
   slowdown of the live loop, the model alone, random, and a per-graph model without
   prior (a graph whose configs ran out keeps its last round's numbers).
 
 Pure logic only (``replay`` takes a client and a progress callback); rendering lives
-in ``clients.cli``.
+in ``xla_costmodel.clients.cli``.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from clients.client import CostModelClient
-from clients.errors import EndpointNotFound, InvalidRequest
-from clients.payloads import PreparedGraph, prepare_graph
-from clients.rounds import RoundScore, run_rounds
-from clients.session import TuningSession
-from tpugraphs.arrays import Sample
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.metrics import expected_random_topk_slowdown
-from tpugraphs.reader import expand_paths, load_npz
+from xla_costmodel.clients.client import CostModelClient
+from xla_costmodel.clients.errors import EndpointNotFound, InvalidRequest
+from xla_costmodel.clients.payloads import PreparedGraph, prepare_graph
+from xla_costmodel.clients.rounds import RoundScore, run_rounds
+from xla_costmodel.clients.session import TuningSession
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.metrics import expected_random_topk_slowdown
+from xla_costmodel.tpugraphs.reader import expand_paths, load_npz
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from clients.errors import CostModelError, DeadlineExceeded
+from xla_costmodel.clients.errors import CostModelError, DeadlineExceeded
 
 
 @dataclass(frozen=True)

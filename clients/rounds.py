@@ -9,7 +9,7 @@ database (none of them sends feedback, so they cannot help or hurt the live loop
 - ``model``: the model's prior alone (``adapt=false``): its top ``r * budget``.
 - ``random``: the exact expected best of ``r * budget`` uniformly random configs.
 - ``per_graph``: TVM's way, no prior: random picks until two distinct configs are
-  measured, then each round the top of ``tpugraphs.adapt.fit`` on this loop's own
+  measured, then each round the top of ``xla_costmodel.tpugraphs.adapt.fit`` on this loop's own
   measurements (seeded, so a replay is repeatable).
 
 After each round the slowdown of every strategy is its best measured runtime / the
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from clients.wire import RankResult
-from tpugraphs.adapt import fit
-from tpugraphs.arrays import Sample
-from tpugraphs.metrics import expected_random_topk_slowdown, kendall_tau
+from xla_costmodel.clients.wire import RankResult
+from xla_costmodel.tpugraphs.adapt import fit
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.metrics import expected_random_topk_slowdown, kendall_tau
 
 # ranks the given config indices of the sample; adapt=False asks for the prior alone
 RankFn = Callable[[Sequence[int], bool], RankResult]

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from clients.errors import ProtocolError
-from clients.payloads import GraphInput
-from clients.retry import Deadline
-from clients.wire import FeedbackResult, RankResult
+from xla_costmodel.clients.errors import ProtocolError
+from xla_costmodel.clients.payloads import GraphInput
+from xla_costmodel.clients.retry import Deadline
+from xla_costmodel.clients.wire import FeedbackResult, RankResult
 
 Runtimes = Sequence[int] | np.ndarray[Any, Any]
 DeadlineArg = float | Deadline | None

@@ -15,9 +15,9 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from clients.errors import CostModelError, ProtocolError
-from clients.payloads import NPZ
-from tpugraphs.npz import NpzError, read_npz
+from xla_costmodel.clients.errors import CostModelError, ProtocolError
+from xla_costmodel.clients.payloads import NPZ
+from xla_costmodel.tpugraphs.npz import NpzError, read_npz
 
 JSON = "application/json"
 # A rank answer for 100k configs is ~2 MB; this leaves room for far larger batches.

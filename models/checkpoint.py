@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from models.network import CostModel, ModelConfig
-from models.train import TrainResult
+from xla_costmodel.models.network import CostModel, ModelConfig
+from xla_costmodel.models.train import TrainResult
 
 CHECKPOINT = "checkpoint.pt"
 

@@ -1,4 +1,4 @@
-"""Command functions ``train``, ``evaluate`` and ``export`` (registered by ``costmodel.cli``).
+"""Command functions ``train``, ``evaluate`` and ``export`` (registered by ``xla_costmodel.cli``).
 
 Nothing heavy is imported at module level: ``costmodel serve`` imports this module too,
 and the service does not need torch. Several paths are given by repeating the option
@@ -9,7 +9,7 @@ and the service does not need torch. Several paths are given by repeating the op
         --valid <dataset>/npz/tile/xla/valid --out runs/tile/1
 
 ``--init ARTIFACT_DIR`` fine-tunes a served artifact on the new files instead of
-training from scratch (``models.finetune``)::
+training from scratch (``xla_costmodel.models.finetune``)::
 
     costmodel train --collection tile --data measured/ --init models/artifacts/tile/1 \\
         --out models/artifacts/tile/2
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 if TYPE_CHECKING:
-    from models.finetune import InitArtifact
-    from models.network import ModelConfig
+    from xla_costmodel.models.finetune import InitArtifact
+    from xla_costmodel.models.network import ModelConfig
 
 
 class CollectionName(StrEnum):
@@ -80,12 +80,16 @@ def train(
     then export it to --out."""
     from rich.console import Console
 
-    from models.checkpoint import save_checkpoint
-    from models.data import collection_files, holdout_split, without_graphs_of
-    from models.evaluate import format_table
-    from models.export import export_artifact
-    from models.finetune import InitError, check_out, finetune
-    from models.train import TrainConfig, fit
+    from xla_costmodel.models.checkpoint import save_checkpoint
+    from xla_costmodel.models.data import (
+        collection_files,
+        holdout_split,
+        without_graphs_of,
+    )
+    from xla_costmodel.models.evaluate import format_table
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.finetune import InitError, check_out, finetune
+    from xla_costmodel.models.train import TrainConfig, fit
 
     name = collection.value
     console = Console(stderr=True)
@@ -131,8 +135,8 @@ def _architecture(
 ) -> tuple[ModelConfig, InitArtifact | None]:
     """The network to train and, with --init, the artifact it starts from (whose
     architecture wins; an architecture flag given explicitly must agree with it)."""
-    from models.finetune import architecture, load_init
-    from models.network import ModelConfig
+    from xla_costmodel.models.finetune import architecture, load_init
+    from xla_costmodel.models.network import ModelConfig
 
     if init is None:
         chosen = {k: v for k, v in given.items() if v is not None}
@@ -159,7 +163,7 @@ def evaluate(
     ] = False,
 ) -> None:
     """Evaluate an artifact with onnxruntime (as served): metrics vs baselines."""
-    from models.evaluate import evaluate_artifact, format_table
+    from xla_costmodel.models.evaluate import evaluate_artifact, format_table
 
     report = evaluate_artifact(
         model, data, note=lambda msg: print(msg, file=sys.stderr)
@@ -178,8 +182,8 @@ def export(
     out: Annotated[Path, typer.Option(help="Artifact directory to write.")],
 ) -> None:
     """Export a saved checkpoint as an artifact (encoder.onnx, scorer.onnx, manifest)."""
-    from models.checkpoint import load_checkpoint
-    from models.export import export_artifact
+    from xla_costmodel.models.checkpoint import load_checkpoint
+    from xla_costmodel.models.export import export_artifact
 
     manifest = export_artifact(load_checkpoint(checkpoint), out)
     print(f"wrote {out} ({manifest.name} v{manifest.version})", file=sys.stderr)

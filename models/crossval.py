@@ -3,12 +3,12 @@
 With a handful of labelled tile kernels a single hold-out is one or two kernels and says
 little (and, chosen by hash, it can hold out most of the labelled configs). Instead
 ``kernel_folds`` splits the rankable graphs into folds by graph id (all files of one
-graph together; leave-one-out by default); each fold trains ``models.train.fit`` on
+graph together; leave-one-out by default); each fold trains ``xla_costmodel.models.train.fit`` on
 every file of the other graphs (graphs with < 2 distinct configs included: they only
 feed the statistics) for a fixed number of epochs, with no validation set and so no
 early stopping, and scores its held-out graphs.
 
-Rows follow ``models.evaluate``: the file's raw configs (no de-duplication), the model's
+Rows follow ``xla_costmodel.models.evaluate``: the file's raw configs (no de-duplication), the model's
 metrics, the exact random baseline and, for tile, the compiler default. Scores come from
 PyTorch (``score_all``); the exported ONNX graphs match them to ~1e-4.
 """
@@ -24,16 +24,16 @@ from typing import Any
 
 from rich.console import Console
 
-from models.data import name_hash
-from models.train import TrainConfig, fit, score_all
-from tpugraphs.metrics import (
+from xla_costmodel.models.data import name_hash
+from xla_costmodel.models.train import TrainConfig, fit, score_all
+from xla_costmodel.tpugraphs.metrics import (
     default_baseline_tile,
     mean_metrics,
     metric_keys,
     metrics_for,
     random_baseline,
 )
-from tpugraphs.reader import file_graph, load_npz
+from xla_costmodel.tpugraphs.reader import file_graph, load_npz
 
 Fold = tuple[list[Path], list[Path]]
 
@@ -141,9 +141,9 @@ def format_rows(report: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    """``python -m models.crossval tile PATH...``: leave-one-kernel-out, default config."""
-    from models.data import collection_files, iter_examples
-    from models.network import ModelConfig
+    """``python -m xla_costmodel.models.crossval tile PATH...``: leave-one-kernel-out, default config."""
+    from xla_costmodel.models.data import collection_files, iter_examples
+    from xla_costmodel.models.network import ModelConfig
 
     collection = sys.argv[1]
     files = collection_files(sys.argv[2:], collection)  # type: ignore[arg-type]

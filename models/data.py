@@ -15,7 +15,7 @@
 * **Streaming.** Files are read one at a time; ``ExampleStore`` keeps examples in
   memory up to a byte budget and re-reads the files each epoch beyond it.
 * **Default hold-out.** Without ``--valid`` files, ``holdout_split`` groups the files by
-  graph id (``tpugraphs.graph_id``: a layout program under ``default/`` and ``random/``
+  graph id (``xla_costmodel.tpugraphs.graph_id``: a layout program under ``default/`` and ``random/``
   is one graph) and sends the labelled graphs whose sha256(file name) sorts first (a
   fraction, at least one) to validation, every file of a graph on the same side. It is
   deterministic and does not depend on the file order.
@@ -32,9 +32,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tpugraphs.arrays import Graph, Sample
-from tpugraphs.reader import expand_paths, file_collection, file_graph, iter_samples
-from tpugraphs.spec import Collection
+from xla_costmodel.tpugraphs.arrays import Graph, Sample
+from xla_costmodel.tpugraphs.reader import (
+    expand_paths,
+    file_collection,
+    file_graph,
+    iter_samples,
+)
+from xla_costmodel.tpugraphs.spec import Collection
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -291,7 +296,7 @@ def collection_files(paths: Iterable[str | Path], collection: Collection) -> lis
 
 
 def main() -> None:
-    """Summarise what training would see in some files: ``python -m models.data PATH...``."""
+    """Summarise what training would see in some files: ``python -m xla_costmodel.models.data PATH...``."""
     import sys
 
     collections: tuple[Collection, ...] = ("tile", "layout")

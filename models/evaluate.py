@@ -1,12 +1,12 @@
 """Stage 4: evaluate an artifact directory exactly as it is served (onnxruntime).
 
 Every labelled file of the artifact's collection is scored through
-``costmodel.runner.ArtifactRunner`` on its raw configs (no de-duplication: repeats are
+``xla_costmodel.runner.ArtifactRunner`` on its raw configs (no de-duplication: repeats are
 part of the official evaluation). Layout graphs listed in the official eval_indices
 JSON (``<root>/eval_indices/{xla|nlp}_{default|random}.json``, found next to the ``npz``
 folder of the file, else in ``../shared/tpugraphs``) are scored on those 1,000 configs;
 other graphs on all configs. Unlabelled (test) files are skipped with a note.
-Metric definitions: ``tpugraphs.metrics``.
+Metric definitions: ``xla_costmodel.tpugraphs.metrics``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.runner import ArtifactRunner
-from tpugraphs.arrays import Sample
-from tpugraphs.metrics import (
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.metrics import (
     default_baseline_layout,
     default_baseline_tile,
     mean_metrics,
@@ -31,7 +31,7 @@ from tpugraphs.metrics import (
     metrics_for,
     random_baseline,
 )
-from tpugraphs.reader import expand_paths, load_npz
+from xla_costmodel.tpugraphs.reader import expand_paths, load_npz
 
 DEFAULT_SHARED = Path(__file__).resolve().parents[2] / "shared" / "tpugraphs"
 LAYOUT_CELLS = 2_000_000  # configs x configurable nodes scored per scorer call
@@ -174,7 +174,7 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    """``python -m models.evaluate ARTIFACT_DIR PATH...``."""
+    """``python -m xla_costmodel.models.evaluate ARTIFACT_DIR PATH...``."""
     report = evaluate_artifact(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]])
     print(format_table(report))
 

@@ -1,7 +1,7 @@
 """Stage 5: export a trained model as a versioned artifact the service can load.
 
 ``<out>/encoder.onnx`` + ``<out>/scorer.onnx`` + ``<out>/manifest.json`` (see
-``costmodel.manifest``). Exported with the dynamo-based ``torch.onnx.export`` and
+``xla_costmodel.manifest``). Exported with the dynamo-based ``torch.onnx.export`` and
 ``dynamic_shapes``, opset 18; every size (nodes, edges, configurable nodes, configs) is a
 named dynamic dim. The example inputs use distinct sizes >= 2 so that torch.export
 neither specialises nor merges dims; the ONNX graphs themselves have no such limit
@@ -22,7 +22,7 @@ import onnx
 import torch
 from torch.export import Dim
 
-from costmodel.manifest import (
+from xla_costmodel.manifest import (
     CONFIG_INPUT,
     TPU_TARGET,
     GraphSpec,
@@ -31,10 +31,10 @@ from costmodel.manifest import (
     sha256_file,
     write_manifest,
 )
-from models.checkpoint import load_checkpoint
-from models.network import CostModel, embedding_names
-from models.train import TrainResult
-from tpugraphs.spec import NODE_FEAT_DIM, NUM_OPCODES
+from xla_costmodel.models.checkpoint import load_checkpoint
+from xla_costmodel.models.network import CostModel, embedding_names
+from xla_costmodel.models.train import TrainResult
+from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM, NUM_OPCODES
 
 OPSET = 18
 ENCODER_FILE = "encoder.onnx"
@@ -146,7 +146,7 @@ def export_artifact(
     validation files and store that report as the manifest's ``metrics``. When early
     stopping picked the epoch on those files, the split says so
     (``"validation (selected on)"``) and a note warns that the numbers are optimistic."""
-    from models.evaluate import evaluate_artifact
+    from xla_costmodel.models.evaluate import evaluate_artifact
 
     collection = result.model.cfg.collection
     encoder, scorer = export_onnx(result.model, out_dir)
@@ -182,7 +182,7 @@ def _labelled(result: TrainResult, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    """``python -m models.export CHECKPOINT OUT_DIR``."""
+    """``python -m xla_costmodel.models.export CHECKPOINT OUT_DIR``."""
     manifest = export_artifact(load_checkpoint(Path(sys.argv[1])), Path(sys.argv[2]))
     print(f"wrote {manifest.name} v{manifest.version} to {sys.argv[2]}")
 

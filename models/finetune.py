@@ -2,7 +2,7 @@
 
 ``load_init`` rebuilds an artifact's network in PyTorch, with the architecture its
 manifest records (``training.model_config``); ``finetune`` trains it on new files with
-``models.train.fit`` (same loop, same flags) and exports a new version, with the same
+``xla_costmodel.models.train.fit`` (same loop, same flags) and exports a new version, with the same
 name and ``target``, whose manifest's ``training.init`` names the artifact it began from.
 
 Where the weights come from. The ONNX files are what is served (the manifest holds
@@ -19,7 +19,7 @@ A checkpoint comes first because it holds the parameters as training defined the
 ONNX fallback exists because a served artifact is often only manifest + ONNX (the
 service's image ships no torch files, so export does not put the torch state in the
 artifact either). Names alone do not recover the ONNX weights: the exporter folds some
-parameters into unnamed constants (``models.onnx_weights`` undoes that, re-expressing
+parameters into unnamed constants (``xla_costmodel.models.onnx_weights`` undoes that, re-expressing
 a folded ``NormLinear``: the same function, other parameters, so fine-tuning from it
 takes slightly different steps than fine-tuning from the checkpoint would).
 """
@@ -39,15 +39,15 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from costmodel.manifest import ArtifactError, Manifest, read_manifest
-from costmodel.runner import ArtifactRunner, Embedding
-from models.checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint
-from models.export import export_artifact
-from models.network import CostModel, ModelConfig
-from models.onnx_weights import Unrecoverable, restore
-from models.synthetic import make_layout_arrays, make_tile_arrays
-from models.train import TrainConfig, fit, graph_tensors
-from tpugraphs.arrays import Graph, make_graph
+from xla_costmodel.manifest import ArtifactError, Manifest, read_manifest
+from xla_costmodel.models.checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint
+from xla_costmodel.models.export import export_artifact
+from xla_costmodel.models.network import CostModel, ModelConfig
+from xla_costmodel.models.onnx_weights import Unrecoverable, restore
+from xla_costmodel.models.synthetic import make_layout_arrays, make_tile_arrays
+from xla_costmodel.models.train import TrainConfig, fit, graph_tensors
+from xla_costmodel.runner import ArtifactRunner, Embedding
+from xla_costmodel.tpugraphs.arrays import Graph, make_graph
 
 RTOL, ATOL = 1e-3, 1e-4  # as the export contract test; atol scales with the outputs
 

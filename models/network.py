@@ -27,8 +27,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from models.data import SIGNED_NODE_COLUMNS
-from tpugraphs.spec import (
+from xla_costmodel.models.data import SIGNED_NODE_COLUMNS
+from xla_costmodel.tpugraphs.spec import (
     LAYOUT_CONFIG_DIM,
     NODE_FEAT_DIM,
     NUM_OPCODES,

@@ -1,5 +1,5 @@
 """Read a network's parameters back from its exported ONNX files, for an artifact
-that has no PyTorch checkpoint beside it (``models.finetune``).
+that has no PyTorch checkpoint beside it (``xla_costmodel.models.finetune``).
 
 The exporter lifts every parameter as an initializer named after it, but its optimiser
 then folds constants: some parameters survive only in derived form, and which ones
@@ -26,7 +26,7 @@ import torch
 from onnx import numpy_helper
 from torch import Tensor, nn
 
-from models.network import NormLinear
+from xla_costmodel.models.network import NormLinear
 
 MAX_COMBINATIONS = 256  # ways to fill the folded parameters of one file
 

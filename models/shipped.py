@@ -5,7 +5,7 @@
   them (fusion.191) holds ~93% of the labelled configs, so a single hold-out either
   starves training or measures one kernel. Instead:
 
-  1. leave-one-kernel-out cross-validation (``models.crossval``): each rankable kernel
+  1. leave-one-kernel-out cross-validation (``xla_costmodel.models.crossval``): each rankable kernel
      is scored by a model trained, with the shipped recipe, on every other file;
   2. the shipped model trains on **all** files with the same recipe (a fixed epoch
      count, no early stopping), so it sees every labelled config.
@@ -44,8 +44,8 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from costmodel.manifest import Manifest
-    from models.train import TrainConfig
+    from xla_costmodel.manifest import Manifest
+    from xla_costmodel.models.train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "tpugraphs"
@@ -59,7 +59,7 @@ LAYOUT_SEEDS = 5  # seeds seed..seed+4; odd, so the median is one of them
 
 def tile_files(shared: Path) -> tuple[list[Path], list[Path]]:
     """(all labelled tile files, those with >= 2 distinct configs), in a fixed order."""
-    from models.data import iter_examples
+    from xla_costmodel.models.data import iter_examples
 
     files = sorted(
         (shared / "pb/official_testdata/op_tuning_data.converted").glob("*.npz")
@@ -73,16 +73,16 @@ def tile_config(seed: int, epochs: int) -> TrainConfig:
     """The tile recipe. Leave-one-kernel-out CV over a small grid (epochs 5-80, hinge vs
     ListMLE, lr, weight decay, a smaller net) found 10 epochs of the default net and
     hinge loss best and the most stable across seeds."""
-    from models.network import ModelConfig
-    from models.train import TrainConfig
+    from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.train import TrainConfig
 
     return TrainConfig("tile", epochs=epochs, seed=seed, batch_configs=64,
                        early_stopping=False, model=ModelConfig("tile"))  # fmt: skip
 
 
 def layout_config(seed: int, epochs: int) -> TrainConfig:
-    from models.network import ModelConfig
-    from models.train import TrainConfig
+    from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.train import TrainConfig
 
     return TrainConfig("layout", epochs=epochs, seed=seed, batch_configs=32, lr=5e-3,
                        max_steps_per_graph=16, early_stopping=False,
@@ -92,10 +92,10 @@ def layout_config(seed: int, epochs: int) -> TrainConfig:
 def build_tile(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
                cfg: TrainConfig, console: Console) -> Manifest:  # fmt: skip
     """Cross-validate the recipe, then train on every file and export with CV metrics."""
-    from models.checkpoint import save_checkpoint
-    from models.crossval import cross_validate
-    from models.export import export_artifact
-    from models.train import fit
+    from xla_costmodel.models.checkpoint import save_checkpoint
+    from xla_costmodel.models.crossval import cross_validate
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.train import fit
 
     files, rankable = tile_files(shared)
     console.print(f"tile: leave-one-kernel-out over {len(rankable)} kernels")
@@ -116,9 +116,9 @@ def build_layout(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
                  cfg: TrainConfig, console: Console) -> Manifest:  # fmt: skip
     """Train a fixed number of epochs on the train graphs, once per seed; ship the
     median seed by held-out tau and measure it on the valid graph."""
-    from models.checkpoint import save_checkpoint
-    from models.export import export_artifact
-    from models.train import fit
+    from xla_costmodel.models.checkpoint import save_checkpoint
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.train import fit
 
     train = [shared / p for p in LAYOUT_TRAIN]
     valid = [shared / p for p in LAYOUT_VALID]
@@ -153,7 +153,7 @@ def build_layout(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
 def _rewrite_metrics(
     artifact: Path, manifest: Manifest, metrics: dict[str, Any]
 ) -> Manifest:
-    from costmodel.manifest import write_manifest
+    from xla_costmodel.manifest import write_manifest
 
     manifest = manifest.model_copy(update={"metrics": metrics})
     write_manifest(artifact, manifest)
@@ -177,9 +177,9 @@ def run(
     layout_epochs: int = LAYOUT_EPOCHS,
 ) -> None:
     """Train and export both shipped models, then print their metrics vs baselines."""
-    from models.checkpoint import CHECKPOINT
-    from models.crossval import format_rows
-    from models.evaluate import format_table
+    from xla_costmodel.models.checkpoint import CHECKPOINT
+    from xla_costmodel.models.crossval import format_rows
+    from xla_costmodel.models.evaluate import format_table
 
     console = Console(stderr=True)
     # Relative paths (from the repo root under `make train`) keep machine paths out of

@@ -171,7 +171,7 @@ def write_tree(
 
 
 def main() -> None:
-    """``python -m models.synthetic OUT_ROOT``: a small tile + layout train/valid tree."""
+    """``python -m xla_costmodel.models.synthetic OUT_ROOT``: a small tile + layout train/valid tree."""
     import sys
 
     root = Path(sys.argv[1])

@@ -13,7 +13,7 @@ better; layout: Kendall tau, higher is better) is kept, and training stops after
 validation graph (a warning), or ``early_stopping=False``, it runs every epoch and keeps
 the last.
 
-Fine-tuning (``fit(..., init=model)``, see ``models.finetune``) starts from a copy of a
+Fine-tuning (``fit(..., init=model)``, see ``xla_costmodel.models.finetune``) starts from a copy of a
 trained network and keeps its normalisation statistics (its weights were learned on
 them). The starting network is a candidate too, as epoch 0: early stopping keeps it
 when no epoch beats it on validation, and ``epochs=0`` returns it unchanged.
@@ -44,11 +44,11 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from models.data import Example, ExampleStore, FeatureStats, feature_stats
-from models.network import CostModel, ModelConfig
-from tpugraphs.arrays import Graph
-from tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
-from tpugraphs.spec import Collection
+from xla_costmodel.models.data import Example, ExampleStore, FeatureStats, feature_stats
+from xla_costmodel.models.network import CostModel, ModelConfig
+from xla_costmodel.tpugraphs.arrays import Graph
+from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
+from xla_costmodel.tpugraphs.spec import Collection
 
 LOG_FILE = "train_log.jsonl"
 
@@ -358,10 +358,10 @@ def _progress(console: Console) -> Progress:
 
 
 def main() -> None:
-    """``python -m models.train tile|layout OUT_DIR PATH...`` (holds out validation files)."""
-    from models.checkpoint import save_checkpoint
-    from models.data import collection_files, holdout_split
-    from models.export import export_artifact
+    """``python -m xla_costmodel.models.train tile|layout OUT_DIR PATH...`` (holds out validation files)."""
+    from xla_costmodel.models.checkpoint import save_checkpoint
+    from xla_costmodel.models.data import collection_files, holdout_split
+    from xla_costmodel.models.export import export_artifact
 
     collection, out = sys.argv[1], Path(sys.argv[2])
     train_paths, valid_paths = holdout_split(collection_files(sys.argv[3:], collection))  # type: ignore[arg-type]

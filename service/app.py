@@ -1,7 +1,7 @@
 """The app factory and its lifespan, which owns every resource on ``app.state``.
 
 create_app(settings) -> FastAPI      nothing is opened until the lifespan starts
-app_from_env() -> FastAPI            for ``uvicorn service.app:app_from_env --factory``
+app_from_env() -> FastAPI            for ``uvicorn xla_costmodel.service.app:app_from_env --factory``
 """
 
 from __future__ import annotations
@@ -19,25 +19,30 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from costmodel.runner import SessionOptions
-from service.core.adaptation import Adaptation
-from service.core.cache import EmbeddingCache
-from service.core.database import Database
-from service.core.feedback import FeedbackRecorder
-from service.core.graph_archive import GraphArchive
-from service.core.inputs import Limits
-from service.core.memory import MemoryLRU
-from service.core.ranker import Ranker
-from service.core.redis_store import RedisStore, connect
-from service.core.registry import ModelRegistry
-from service.errors import InvalidRequest, ServiceError, error_body, http_error
-from service.logs import configure_logging
-from service.metrics import Metrics
-from service.middleware import RequestContext
-from service.routes import ROUTERS
-from service.schemas import BODY_MODELS
-from service.settings import Settings
-from service.store import StoreUnavailable, default_sqlite_url
+from xla_costmodel.runner import SessionOptions
+from xla_costmodel.service.core.adaptation import Adaptation
+from xla_costmodel.service.core.cache import EmbeddingCache
+from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.feedback import FeedbackRecorder
+from xla_costmodel.service.core.graph_archive import GraphArchive
+from xla_costmodel.service.core.inputs import Limits
+from xla_costmodel.service.core.memory import MemoryLRU
+from xla_costmodel.service.core.ranker import Ranker
+from xla_costmodel.service.core.redis_store import RedisStore, connect
+from xla_costmodel.service.core.registry import ModelRegistry
+from xla_costmodel.service.errors import (
+    InvalidRequest,
+    ServiceError,
+    error_body,
+    http_error,
+)
+from xla_costmodel.service.logs import configure_logging
+from xla_costmodel.service.metrics import Metrics
+from xla_costmodel.service.middleware import RequestContext
+from xla_costmodel.service.routes import ROUTERS
+from xla_costmodel.service.schemas import BODY_MODELS
+from xla_costmodel.service.settings import Settings
+from xla_costmodel.service.store import StoreUnavailable, default_sqlite_url
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"

@@ -8,10 +8,10 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.requests import Request
 
-from service.codecs import media_type
-from service.core.inputs import INLINE_BYTES
-from service.errors import MalformedBody, PayloadTooLarge
-from service.schemas import NPZ_MEDIA_TYPE
+from xla_costmodel.service.codecs import media_type
+from xla_costmodel.service.core.inputs import INLINE_BYTES
+from xla_costmodel.service.errors import MalformedBody, PayloadTooLarge
+from xla_costmodel.service.schemas import NPZ_MEDIA_TYPE
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:

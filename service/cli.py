@@ -13,9 +13,9 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
-from service.app import create_app
-from service.logs import configure_logging
-from service.settings import Settings
+from xla_costmodel.service.app import create_app
+from xla_costmodel.service.logs import configure_logging
+from xla_costmodel.service.settings import Settings
 
 
 def serve(

@@ -2,7 +2,7 @@
 
 The decoders are looked up in ``GRAPH_DECODERS``/``RANK_DECODERS`` by media type, so a
 new input format (HLO text, say) is one function and one table entry. Decoding only
-parses; validation of the arrays happens in ``service.core.inputs``, and HLO text
+parses; validation of the arrays happens in ``xla_costmodel.service.core.inputs``, and HLO text
 and raw configs are featurized/encoded by the core once it knows the model.
 """
 
@@ -16,24 +16,24 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from service.core.hlo import HloText
-from service.core.inputs import GRAPH_KEYS, RawGraph, config_array
-from service.core.ranker import RankRequest, UploadRequest
-from service.core.raw_configs import RawConfigs
-from service.errors import (
+from xla_costmodel.service.core.hlo import HloText
+from xla_costmodel.service.core.inputs import GRAPH_KEYS, RawGraph, config_array
+from xla_costmodel.service.core.ranker import RankRequest, UploadRequest
+from xla_costmodel.service.core.raw_configs import RawConfigs
+from xla_costmodel.service.errors import (
     InvalidRequest,
     MalformedBody,
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from service.schemas import (
+from xla_costmodel.service.schemas import (
     HLO_MEDIA_TYPE,
     NPZ_MEDIA_TYPE,
     FeedbackIn,
     GraphIn,
     RankIn,
 )
-from tpugraphs.npz import NpzError, NpzTooLarge, read_npz
+from xla_costmodel.tpugraphs.npz import NpzError, NpzTooLarge, read_npz
 
 JSON_MEDIA_TYPE = "application/json"
 CONFIG_KEYS = ("config_feat", "node_config_feat")

@@ -12,12 +12,12 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.core.feedback import FeedbackRecorder
-from service.core.ranker import Ranker
-from service.core.registry import ModelRegistry
-from service.errors import Forbidden, Unauthorized
-from service.metrics import Metrics
-from service.settings import Settings
+from xla_costmodel.service.core.feedback import FeedbackRecorder
+from xla_costmodel.service.core.ranker import Ranker
+from xla_costmodel.service.core.registry import ModelRegistry
+from xla_costmodel.service.errors import Forbidden, Unauthorized
+from xla_costmodel.service.metrics import Metrics
+from xla_costmodel.service.settings import Settings
 
 
 async def get_settings(request: Request) -> Settings:

@@ -20,7 +20,7 @@
         ├── Overloaded                   overloaded: too many requests in flight
         └── FeedbackUnavailable          feedback_unavailable: the database cannot store it
 
-Domain code raises these and knows nothing of HTTP; ``service.app`` installs the
+Domain code raises these and knows nothing of HTTP; ``xla_costmodel.service.app`` installs the
 handlers that call ``http_error``. Anything else that escapes becomes 500 ``internal``.
 """
 

@@ -16,9 +16,9 @@ from prometheus_client import (
     generate_latest,
 )
 
-from costmodel.runner import ArtifactRunner
-from service.core.cache import Level
-from service.core.feedback import Quality
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.service.core.cache import Level
+from xla_costmodel.service.core.feedback import Quality
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -132,7 +132,7 @@ class Metrics:
         self.memory_bytes.set_function(nbytes)
         self.memory_entries.set_function(entries)
 
-    # service.core.cache.CacheEvents
+    # xla_costmodel.service.core.cache.CacheEvents
     def cache_hit(self, level: Level) -> None:
         self.cache_hits.labels(level).inc()
 
@@ -145,7 +145,7 @@ class Metrics:
     def cache_bypass(self, level: Level) -> None:
         self.cache_bypassed.labels(level).inc()
 
-    # service.core.ranker.StageEvents
+    # xla_costmodel.service.core.ranker.StageEvents
     def encoded(self, model: str, seconds: float) -> None:
         self.encode_seconds.labels(model).observe(seconds)
 
@@ -154,7 +154,7 @@ class Metrics:
         self.batch_size.labels(model).observe(configs)
         self.configs_ranked.labels(model).inc(configs)
 
-    # service.core.registry.RegistryEvents
+    # xla_costmodel.service.core.registry.RegistryEvents
     def model_versions(self, name: str, loaded: Sequence[ArtifactRunner]) -> None:
         for labels in self._loaded.pop(name, []):
             self.model_info.remove(*labels)
@@ -165,7 +165,7 @@ class Metrics:
     def model_reload(self, name: str, result: str) -> None:
         self.reloads.labels(name, result).inc()
 
-    # service.core.adaptation.AdaptEvents, GraphArchive's events
+    # xla_costmodel.service.core.adaptation.AdaptEvents, GraphArchive's events
     def adaptation_fitted(self, model: str, seconds: float, used: int) -> None:
         self.adapt_fits.labels(model).observe(seconds)
         self.adapt_measurements.labels(model).observe(used)
@@ -176,7 +176,7 @@ class Metrics:
     def store_error(self, op: str) -> None:
         self.store_errors.labels(op).inc()
 
-    # service.core.feedback.FeedbackEvents
+    # xla_costmodel.service.core.feedback.FeedbackEvents
     def feedback_stored(
         self, model: str, version: str, measurements: int, quality: Quality
     ) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import Overloaded, error_body, http_error
-from service.logs import request_id
-from service.metrics import Metrics
+from xla_costmodel.service.errors import Overloaded, error_body, http_error
+from xla_costmodel.service.logs import request_id
+from xla_costmodel.service.metrics import Metrics
 
 log = logging.getLogger("service.access")
 

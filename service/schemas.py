@@ -1,7 +1,7 @@
 """Wire schemas (v1): strict request bodies, responses, and the one error shape.
 
 Graph and config arrays are declared with their JSON shapes for OpenAPI but are
-validated by ``service.core.inputs`` (``tpugraphs.arrays``), the same code that checks
+validated by ``xla_costmodel.service.core.inputs`` (``xla_costmodel.tpugraphs.arrays``), the same code that checks
 binary npz bodies, so JSON and npz clients get identical errors and field names.
 """
 
@@ -14,7 +14,9 @@ from pydantic.config import JsonDict
 
 HEX64 = r"^[0-9a-f]{64}$"
 VERSION = r"^[0-9]+$"
-TARGET = r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"  # costmodel.manifest.TARGET_PATTERN
+TARGET = (
+    r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"  # xla_costmodel.manifest.TARGET_PATTERN
+)
 _TARGET_DOC = (
     "the hardware the runtimes are (to be) measured on, e.g. tpu-v3; default: the "
     "model's target. Measurements of different targets are never mixed."

@@ -14,6 +14,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1 << 20
+# The shipped artifacts: models/artifacts in the repository, and in an installed
+# package (they are its package data), wherever it was installed.
+SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "models" / "artifacts"
 
 
 class Settings(BaseSettings):
@@ -26,7 +29,7 @@ class Settings(BaseSettings):
     # Where and what to serve.
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    model_dir: Path = Path("models/artifacts")
+    model_dir: Path = SHIPPED_MODELS
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["tile", "layout"], min_length=1
     )

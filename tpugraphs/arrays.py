@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.spec import (
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.spec import (
     LAYOUT_CONFIG_DIM,
     NODE_FEAT_DIM,
     NUM_OPCODES,

@@ -18,8 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tpugraphs.configs import LAYOUT_TENSORS, TILE_FIELDS, NodeLayout, TileSizes
-from tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.configs import (
+    LAYOUT_TENSORS,
+    TILE_FIELDS,
+    NodeLayout,
+    TileSizes,
+)
+from xla_costmodel.tpugraphs.errors import GraphFormatError
 
 
 def tile_from_json(value: Any, path: str) -> TileSizes:

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tpugraphs.arrays import F32
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.spec import LAYOUT_CONFIG_DIM, TILE_CONFIG_DIM
+from xla_costmodel.tpugraphs.arrays import F32
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.spec import LAYOUT_CONFIG_DIM, TILE_CONFIG_DIM
 
 TILE_FIELDS = ("kernel_bounds", "output_bounds", "input_bounds")
 LAYOUT_TENSORS = ("output", "input", "kernel")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tpugraphs.arrays import Sample, sample_from_arrays
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.graph_id import graph_id
-from tpugraphs.spec import Collection
+from xla_costmodel.tpugraphs.arrays import Sample, sample_from_arrays
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.graph_id import graph_id
+from xla_costmodel.tpugraphs.spec import Collection
 
 
 def load_npz(path: str | Path, collection: Collection | None = None) -> Sample:

@@ -3,7 +3,7 @@
     Adaptation.adapt(runner, target, gid, configs, prior, score) -> (scores, used)
 
 When (collection, target, graph) has at least ``min_measurements`` distinct measured
-configs, scores come from ``tpugraphs.adapt.fit`` (the method and why: its docstring)
+configs, scores come from ``xla_costmodel.tpugraphs.adapt.fit`` (the method and why: its docstring)
 fitted on those measurements with the model's scores of the measured configs as the
 prior. ``used`` is the number of distinct configs the fit used, 0 for the prior alone.
 
@@ -28,10 +28,10 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from costmodel.runner import ArtifactRunner
-from service.core.database import Database
-from service.store import StoreError
-from tpugraphs.adapt import Adapter, fit
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.store import StoreError
+from xla_costmodel.tpugraphs.adapt import Adapter, fit
 
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]

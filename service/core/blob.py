@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.runner import Embedding
+from xla_costmodel.runner import Embedding
 
 MAGIC = b"CMEMB1\n"
 _DTYPE = "<f4"

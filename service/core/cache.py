@@ -7,7 +7,7 @@ request does not cancel the work others are waiting for. Redis errors are counte
 logged and treated as misses; they never fail a request.
 
 ``meta`` keeps, next to the embeddings, each layout graph's record of its
-configurable nodes (``service.core.graph_meta``), which raw configs resolve against.
+configurable nodes (``xla_costmodel.service.core.graph_meta``), which raw configs resolve against.
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from costmodel.runner import Embedding
-from service.core import blob
-from service.core.graph_meta import GraphMetaStore
-from service.core.memory import MemoryLRU
-from service.core.redis_store import RedisStore, StoreUnavailable, embedding_key
+from xla_costmodel.runner import Embedding
+from xla_costmodel.service.core import blob
+from xla_costmodel.service.core.graph_meta import GraphMetaStore
+from xla_costmodel.service.core.memory import MemoryLRU
+from xla_costmodel.service.core.redis_store import (
+    RedisStore,
+    StoreUnavailable,
+    embedding_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +35,7 @@ Level = Literal["memory", "redis"]
 
 
 class CacheEvents(Protocol):
-    """What the cache reports (``service.metrics.Metrics`` implements it)."""
+    """What the cache reports (``xla_costmodel.service.metrics.Metrics`` implements it)."""
 
     def cache_hit(self, level: Level) -> None: ...
     def cache_miss(self, level: Level) -> None: ...

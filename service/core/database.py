@@ -20,7 +20,7 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
-from service.store import MeasurementStore, StoreUnavailable
+from xla_costmodel.service.store import MeasurementStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,10 +1,10 @@
 """Measured runtimes fed back by autotuners: checked, scored, stored in the database.
 
     FeedbackRecorder.record(req)   validate, score with the model, store, count quality
-    measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``tpugraphs.metrics``)
+    measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``xla_costmodel.tpugraphs.metrics``)
     OnlineQuality                  running means per (model, version) since start
 
-A request is acknowledged only once its transaction is committed (``service.store``:
+A request is acknowledged only once its transaction is committed (``xla_costmodel.service.store``:
 durable on SQLite and PostgreSQL). Anything that keeps it from the database is
 ``FeedbackUnavailable`` (503, nothing stored), so the client may resend it; with an
 ``Idempotency-Key`` a resend of a stored request is stored once and answered as before.
@@ -20,26 +20,31 @@ import anyio
 import numpy as np
 import numpy.typing as npt
 
-from costmodel.runner import ArtifactRunner
-from service.core.hlo import HloText
-from service.core.inputs import RawGraph
-from service.core.ranker import Ranker, Scored
-from service.errors import (
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.service.core.hlo import HloText
+from xla_costmodel.service.core.inputs import RawGraph
+from xla_costmodel.service.core.ranker import Ranker, Scored
+from xla_costmodel.service.errors import (
     FeedbackUnavailable,
     GraphNotFound,
     IdempotencyConflict,
     InvalidRequest,
     RankingNotFound,
 )
-from service.store import AddResult, MeasurementBatch, StoreUnavailable, UnknownGraph
-from service.store import IdempotencyConflict as StoreConflict
-from tpugraphs.metrics import kendall_tau, topk_slowdown
+from xla_costmodel.service.store import (
+    AddResult,
+    MeasurementBatch,
+    StoreUnavailable,
+    UnknownGraph,
+)
+from xla_costmodel.service.store import IdempotencyConflict as StoreConflict
+from xla_costmodel.tpugraphs.metrics import kendall_tau, topk_slowdown
 
 INT64_MAX = (1 << 63) - 1
 
 
 class FeedbackEvents(Protocol):
-    """What the recorder reports (``service.metrics.Metrics`` implements it)."""
+    """What the recorder reports (``xla_costmodel.service.metrics.Metrics`` implements it)."""
 
     def feedback_stored(
         self, model: str, version: str, measurements: int, quality: Quality
@@ -113,7 +118,7 @@ def compact(configs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 def measure(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> Quality:
-    """Both metrics as ``tpugraphs.metrics`` defines them, with K = 1 for the slowdown.
+    """Both metrics as ``xla_costmodel.tpugraphs.metrics`` defines them, with K = 1 for the slowdown.
 
     None for both with fewer than two distinct runtimes: there is nothing to rank.
     """

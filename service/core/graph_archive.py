@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.core.database import Database
-from service.store import StoreError
-from tpugraphs.arrays import Graph, make_graph
+from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.store import StoreError
+from xla_costmodel.tpugraphs.arrays import Graph, make_graph
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from service.core.redis_store import RedisStore, StoreUnavailable, meta_key
-from tpugraphs.arrays import Graph
+from xla_costmodel.service.core.redis_store import (
+    RedisStore,
+    StoreUnavailable,
+    meta_key,
+)
+from xla_costmodel.tpugraphs.arrays import Graph
 
 if TYPE_CHECKING:
-    from service.core.cache import CacheEvents
+    from xla_costmodel.service.core.cache import CacheEvents
 
 log = logging.getLogger(__name__)
 MEMORY_BYTES = 32 << 20  # records are small: ids, names, ranks of configurable nodes

@@ -1,6 +1,6 @@
 """HLO text in a request -> a validated graph, its graph_id and its record.
 
-The text is featurized by ``tpugraphs.hlo`` (the same code as ``costmodel featurize``
+The text is featurized by ``xla_costmodel.tpugraphs.hlo`` (the same code as ``costmodel featurize``
 and the client), so the graph_id equals that of the same module sent as arrays and
 shares its cached embedding. Which nodes are configurable follows the model: none
 for a tile model; for a layout model every convolution, dot and reshape (the
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.core.graph_meta import GraphMeta
-from service.core.inputs import Limits, RawGraph, build_graph
-from service.errors import InvalidRequest
-from tpugraphs.arrays import Graph
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.hlo import HloParseError, featurize_hlo
-from tpugraphs.hlo.featurize import Configurable
+from xla_costmodel.service.core.graph_meta import GraphMeta
+from xla_costmodel.service.core.inputs import Limits, RawGraph, build_graph
+from xla_costmodel.service.errors import InvalidRequest
+from xla_costmodel.tpugraphs.arrays import Graph
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.hlo import HloParseError, featurize_hlo
+from xla_costmodel.tpugraphs.hlo.featurize import Configurable
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Turn decoded request arrays into validated model inputs, or ``InvalidRequest``.
 
-Graph arrays go through ``tpugraphs.arrays.make_graph`` (the one definition of a valid
+Graph arrays go through ``xla_costmodel.tpugraphs.arrays.make_graph`` (the one definition of a valid
 graph); configs are checked against the artifact's declared config input, with its
 symbolic dimensions bound by the embedding the scorer will receive.
 """
@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from costmodel.manifest import TensorSpec
-from costmodel.runner import ArtifactRunner, Embedding
-from service.errors import InvalidRequest
-from tpugraphs.arrays import Graph, make_graph
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.graph_id import graph_id
+from xla_costmodel.manifest import TensorSpec
+from xla_costmodel.runner import ArtifactRunner, Embedding
+from xla_costmodel.service.errors import InvalidRequest
+from xla_costmodel.tpugraphs.arrays import Graph, make_graph
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.graph_id import graph_id
 
 GRAPH_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids")
 # Inputs up to this size are decoded and checked on the event loop; larger ones

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from costmodel.runner import Embedding
+from xla_costmodel.runner import Embedding
 
 # Dict, key and array headers: a rough per-entry cost on top of the array data.
 ENTRY_OVERHEAD = 512

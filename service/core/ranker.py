@@ -20,13 +20,13 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from costmodel.runner import ArtifactRunner, Embedding
-from service.core.adaptation import Adaptation
-from service.core.cache import CacheKey, EmbeddingCache, Source
-from service.core.graph_archive import GraphArchive
-from service.core.graph_meta import GraphMeta
-from service.core.hlo import HloText, featurize_graph
-from service.core.inputs import (
+from xla_costmodel.runner import ArtifactRunner, Embedding
+from xla_costmodel.service.core.adaptation import Adaptation
+from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache, Source
+from xla_costmodel.service.core.graph_archive import GraphArchive
+from xla_costmodel.service.core.graph_meta import GraphMeta
+from xla_costmodel.service.core.hlo import HloText, featurize_graph
+from xla_costmodel.service.core.inputs import (
     INLINE_BYTES,
     Limits,
     RawGraph,
@@ -34,12 +34,16 @@ from service.core.inputs import (
     build_graph,
     check_configs,
 )
-from service.core.memory import MemoryLRU
-from service.core.raw_configs import RawConfigs, encode_raw
-from service.core.registry import ModelRegistry
-from service.errors import GraphMetadataNotFound, GraphNotFound, InvalidRequest
-from service.store import StoreError
-from tpugraphs.arrays import Graph
+from xla_costmodel.service.core.memory import MemoryLRU
+from xla_costmodel.service.core.raw_configs import RawConfigs, encode_raw
+from xla_costmodel.service.core.registry import ModelRegistry
+from xla_costmodel.service.errors import (
+    GraphMetadataNotFound,
+    GraphNotFound,
+    InvalidRequest,
+)
+from xla_costmodel.service.store import StoreError
+from xla_costmodel.tpugraphs.arrays import Graph
 
 T = TypeVar("T")
 # (configs, scores); configs in their wire dtype (int8 layout batches stay 4x smaller)
@@ -47,7 +51,7 @@ Scored = tuple[np.ndarray[Any, Any], npt.NDArray[np.float32]]
 
 
 class StageEvents(Protocol):
-    """What the ranker reports (``service.metrics.Metrics`` implements it)."""
+    """What the ranker reports (``xla_costmodel.service.metrics.Metrics`` implements it)."""
 
     def encoded(self, model: str, seconds: float) -> None: ...
     def scored(self, model: str, seconds: float, configs: int) -> None: ...

@@ -1,7 +1,7 @@
 """Raw configs in a rank request -> config features, or ``InvalidRequest``.
 
 Tile configs need nothing from the graph. Layout configs name nodes, resolved
-against the graph's record (``service.core.graph_meta``): an instruction name when
+against the graph's record (``xla_costmodel.service.core.graph_meta``): an instruction name when
 the graph arrived as HLO text, or a node id (a value of ``node_config_ids``, as a
 string since JSON keys are strings) either way. Nodes a config leaves out, and null
 tensors, are "the compiler chooses". Errors name the JSON path, e.g.
@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from service.core.graph_meta import GraphMeta
-from service.errors import InvalidRequest
-from tpugraphs.arrays import F32
-from tpugraphs.config_json import layout_from_json, tile_from_json
-from tpugraphs.configs import NodeLayout, encode_layout, encode_tile
-from tpugraphs.errors import GraphFormatError
+from xla_costmodel.service.core.graph_meta import GraphMeta
+from xla_costmodel.service.errors import InvalidRequest
+from xla_costmodel.tpugraphs.arrays import F32
+from xla_costmodel.tpugraphs.config_json import layout_from_json, tile_from_json
+from xla_costmodel.tpugraphs.configs import NodeLayout, encode_layout, encode_tile
+from xla_costmodel.tpugraphs.errors import GraphFormatError
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,26 @@ from typing import Protocol
 import anyio.to_thread
 import numpy as np
 
-from costmodel.manifest import ArtifactError, list_versions
-from costmodel.runner import ArtifactRunner, SessionOptions
-from service.errors import ModelNotFound, NotReady, ReloadFailed, VersionNotLoaded
-from tpugraphs.arrays import make_graph
-from tpugraphs.spec import LAYOUT_CONFIG_DIM, NODE_FEAT_DIM, TILE_CONFIG_DIM
+from xla_costmodel.manifest import ArtifactError, list_versions
+from xla_costmodel.runner import ArtifactRunner, SessionOptions
+from xla_costmodel.service.errors import (
+    ModelNotFound,
+    NotReady,
+    ReloadFailed,
+    VersionNotLoaded,
+)
+from xla_costmodel.tpugraphs.arrays import make_graph
+from xla_costmodel.tpugraphs.spec import (
+    LAYOUT_CONFIG_DIM,
+    NODE_FEAT_DIM,
+    TILE_CONFIG_DIM,
+)
 
 log = logging.getLogger(__name__)
 
 
 class RegistryEvents(Protocol):
-    """What the registry reports (``service.metrics.Metrics`` implements it)."""
+    """What the registry reports (``xla_costmodel.service.metrics.Metrics`` implements it)."""
 
     def model_versions(self, name: str, loaded: Sequence[ArtifactRunner]) -> None: ...
     def model_reload(self, name: str, result: str) -> None: ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.routes import feedback, graphs, health, models, rank
+from xla_costmodel.service.routes import feedback, graphs, health, models, rank
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,

@@ -8,19 +8,24 @@ import re
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import ValidationError
 
-from service.body import parse, read_body
-from service.codecs import (
+from xla_costmodel.service.body import parse, read_body
+from xla_costmodel.service.codecs import (
     JSON_MEDIA_TYPE,
     json_rank_graph,
     media_type,
     validation_error,
 )
-from service.core.feedback import FeedbackRequest
-from service.core.inputs import config_array
-from service.deps import FeedbackDep, SettingsDep
-from service.errors import InvalidRequest, UnsupportedMediaType
-from service.logs import request_id
-from service.schemas import FeedbackIn, FeedbackOut, error_responses, json_only_body
+from xla_costmodel.service.core.feedback import FeedbackRequest
+from xla_costmodel.service.core.inputs import config_array
+from xla_costmodel.service.deps import FeedbackDep, SettingsDep
+from xla_costmodel.service.errors import InvalidRequest, UnsupportedMediaType
+from xla_costmodel.service.logs import request_id
+from xla_costmodel.service.schemas import (
+    FeedbackIn,
+    FeedbackOut,
+    error_responses,
+    json_only_body,
+)
 
 router = APIRouter(prefix="/v1", tags=["feedback"])
 # Printable ASCII without spaces: UUIDs, ULIDs, hex digests, "tuner-42/round-3".

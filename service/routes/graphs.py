@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
-from service.body import parse, read_body
-from service.codecs import Params, decode_upload, split_names
-from service.deps import RankerDep, SettingsDep
-from service.schemas import VERSION, GraphIn, GraphOut, binary_body, error_responses
+from xla_costmodel.service.body import parse, read_body
+from xla_costmodel.service.codecs import Params, decode_upload, split_names
+from xla_costmodel.service.deps import RankerDep, SettingsDep
+from xla_costmodel.service.schemas import (
+    VERSION,
+    GraphIn,
+    GraphOut,
+    binary_body,
+    error_responses,
+)
 
 router = APIRouter(prefix="/v1", tags=["ranking"])
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.deps import MetricsDep, RegistryDep
-from service.errors import NotReady
-from service.schemas import (
+from xla_costmodel.service.deps import MetricsDep, RegistryDep
+from xla_costmodel.service.errors import NotReady
+from xla_costmodel.service.schemas import (
     LiveOut,
     ModelStatusOut,
     ReadyOut,

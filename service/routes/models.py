@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Request
 
-from costmodel.runner import ArtifactRunner
-from service.deps import AdminDep, RegistryDep
-from service.schemas import (
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.service.deps import AdminDep, RegistryDep
+from xla_costmodel.service.schemas import (
     ModelOut,
     ModelsOut,
     ReloadOut,

@@ -7,11 +7,16 @@ from typing import Any
 import pydantic_core
 from fastapi import APIRouter, Query, Request, Response
 
-from service.body import parse, read_body
-from service.codecs import Params, decode_rank, encode_rank_npz, prefers_npz
-from service.core.ranker import RankResult
-from service.deps import RankerDep, SettingsDep
-from service.schemas import (
+from xla_costmodel.service.body import parse, read_body
+from xla_costmodel.service.codecs import (
+    Params,
+    decode_rank,
+    encode_rank_npz,
+    prefers_npz,
+)
+from xla_costmodel.service.core.ranker import RankResult
+from xla_costmodel.service.deps import RankerDep, SettingsDep
+from xla_costmodel.service.schemas import (
     HEX64,
     NPZ_MEDIA_TYPE,
     TARGET,

@@ -4,15 +4,20 @@ SQLite file by default, PostgreSQL for several replicas; see ``store.py`` for th
 ``engine.py`` for durability settings, ``migrate.py`` for schema upgrades.
 """
 
-from service.store.engine import default_sqlite_url
-from service.store.errors import (
+from xla_costmodel.service.store.engine import default_sqlite_url
+from xla_costmodel.service.store.errors import (
     IdempotencyConflict,
     StoreError,
     StoreUnavailable,
     UnknownGraph,
 )
-from service.store.records import AddResult, Measured, MeasurementBatch, StoredGraph
-from service.store.store import MeasurementStore
+from xla_costmodel.service.store.records import (
+    AddResult,
+    Measured,
+    MeasurementBatch,
+    StoredGraph,
+)
+from xla_costmodel.service.store.store import MeasurementStore
 
 __all__ = [
     "AddResult",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from service.store.errors import StoreError
+from xla_costmodel.service.store.errors import StoreError
 
 NUMERIC_KINDS = "biuf"
 

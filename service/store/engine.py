@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy import exc as sa_exc
 
-from service.store.errors import StoreError, StoreUnavailable
+from xla_costmodel.service.store.errors import StoreError, StoreUnavailable
 
 SQLITE_FILE = "costmodel.db"
 SQLITE_BUSY_TIMEOUT_MS = 10_000

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from service.store.records import Measured, StoredGraph
-from service.store.store import MeasurementStore
+from xla_costmodel.service.store.records import Measured, StoredGraph
+from xla_costmodel.service.store.store import MeasurementStore
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

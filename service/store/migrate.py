@@ -18,13 +18,13 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
 
-from service.store.engine import WRITE
-from service.store.errors import StoreUnavailable
+from xla_costmodel.service.store.engine import WRITE
+from xla_costmodel.service.store.errors import StoreUnavailable
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # pg_advisory_xact_lock key (a signed bigint), the same in every replica.
 ADVISORY_LOCK_KEY = int.from_bytes(
-    hashlib.sha256(b"costmodel.store.migrate").digest()[:8], "big", signed=True
+    hashlib.sha256(b"xla_costmodel.store.migrate").digest()[:8], "big", signed=True
 )
 
 

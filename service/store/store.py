@@ -19,17 +19,22 @@ from sqlalchemy import Connection, Engine, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
-from service.store import codec
-from service.store.engine import WRITE, create_store_engine
-from service.store.errors import (
+from xla_costmodel.service.store import codec
+from xla_costmodel.service.store.engine import WRITE, create_store_engine
+from xla_costmodel.service.store.errors import (
     IdempotencyConflict,
     StoreError,
     UnknownGraph,
     translated,
 )
-from service.store.migrate import check_current, upgrade
-from service.store.records import AddResult, Measured, MeasurementBatch, StoredGraph
-from service.store.schema import feedback_keys, graphs, measurements
+from xla_costmodel.service.store.migrate import check_current, upgrade
+from xla_costmodel.service.store.records import (
+    AddResult,
+    Measured,
+    MeasurementBatch,
+    StoredGraph,
+)
+from xla_costmodel.service.store.schema import feedback_keys, graphs, measurements
 
 
 class MeasurementStore:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks import harness
-from benchmarks.plan import SMOKE
-from benchmarks.report import KEYS
+from xla_costmodel.benchmarks import harness
+from xla_costmodel.benchmarks.plan import SMOKE
+from xla_costmodel.benchmarks.report import KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "models" / "artifacts"
@@ -57,7 +57,7 @@ def test_smoke_run_prints_every_figure_and_stops_its_servers(
 ) -> None:
     import typer
 
-    from benchmarks.cli import bench
+    from xla_costmodel.benchmarks.cli import bench
 
     app = typer.Typer()
     app.command()(bench)

@@ -8,12 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.data import REPO, fresh_copy, synth_tile_configs, tile_workload
-from benchmarks.inproc import take_rows
-from benchmarks.plan import FULL, PLANS, QUICK
-from benchmarks.report import KEYS, add_ratios, missing_keys
-from benchmarks.timing import percentile, time_calls
-from tpugraphs.graph_id import graph_id
+from xla_costmodel.benchmarks.data import (
+    REPO,
+    fresh_copy,
+    synth_tile_configs,
+    tile_workload,
+)
+from xla_costmodel.benchmarks.inproc import take_rows
+from xla_costmodel.benchmarks.plan import FULL, PLANS, QUICK
+from xla_costmodel.benchmarks.report import KEYS, add_ratios, missing_keys
+from xla_costmodel.benchmarks.timing import percentile, time_calls
+from xla_costmodel.tpugraphs.graph_id import graph_id
 
 
 def test_synthetic_tile_configs_keep_sums_and_products(shared_data: Path) -> None:
@@ -107,8 +112,8 @@ def test_plans_are_bounded() -> None:
 def test_torch_phase_without_a_checkpoint_says_why(
     tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from benchmarks import torch_eager
-    from benchmarks.inproc import Budget
+    from xla_costmodel.benchmarks import torch_eager
+    from xla_costmodel.benchmarks.inproc import Budget
 
     monkeypatch.setattr(torch_eager, "CHECKPOINTS", tmp_path / "checkpoints")
     graph = tile_workload(pool=1, root=shared_data).main.graph
@@ -123,7 +128,7 @@ def test_torch_phase_without_a_checkpoint_says_why(
 def test_server_env_option_parses_pairs() -> None:
     import typer
 
-    from benchmarks.cli import parse_env
+    from xla_costmodel.benchmarks.cli import parse_env
 
     assert parse_env(["COSTMODEL_A=1", "COSTMODEL_B=x=y"]) == {
         "COSTMODEL_A": "1",
@@ -135,9 +140,9 @@ def test_server_env_option_parses_pairs() -> None:
 
 def test_fresh_copy_costs_and_scores_the_same(shared_data: Path) -> None:
     """The cold phase's copies must be the same work and the same answer."""
-    from benchmarks.data import SMALL_LAYOUT_GRAPH, layout_sample
-    from benchmarks.harness import latest
-    from costmodel.runner import ArtifactRunner
+    from xla_costmodel.benchmarks.data import SMALL_LAYOUT_GRAPH, layout_sample
+    from xla_costmodel.benchmarks.harness import latest
+    from xla_costmodel.runner import ArtifactRunner
 
     models = Path(__file__).resolve().parents[2] / "models" / "artifacts"
     if not (models / "layout").is_dir():
@@ -151,7 +156,7 @@ def test_fresh_copy_costs_and_scores_the_same(shared_data: Path) -> None:
 
 
 def test_redis_process_starts_answers_and_stops(tmp_path: Path) -> None:
-    from benchmarks.procs import RedisServer
+    from xla_costmodel.benchmarks.procs import RedisServer
 
     with RedisServer(tmp_path) as redis:
         pid = redis.pid
@@ -161,7 +166,7 @@ def test_redis_process_starts_answers_and_stops(tmp_path: Path) -> None:
 
 
 def test_a_process_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> None:
-    from benchmarks.procs import ManagedProcess, ProcessError
+    from xla_costmodel.benchmarks.procs import ManagedProcess, ProcessError
 
     class Broken(ManagedProcess):
         name = "broken"
@@ -180,8 +185,8 @@ def test_torch_phase_finds_the_shipped_checkpoint_of_the_served_model(
     shared_data: Path,
 ) -> None:
     """A fresh clone times eager PyTorch: the checkpoint ships beside the artifacts."""
-    from benchmarks import torch_eager
-    from benchmarks.inproc import Budget, open_runner
+    from xla_costmodel.benchmarks import torch_eager
+    from xla_costmodel.benchmarks.inproc import Budget, open_runner
 
     artifact = REPO / "models" / "artifacts" / "tile" / "1"
     assert torch_eager.checkpoint_path(artifact) == (

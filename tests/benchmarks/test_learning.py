@@ -1,4 +1,4 @@
-"""``python -m benchmarks.learning --quick --json`` end to end: real training and export,
+"""``python -m xla_costmodel.benchmarks.learning --quick --json`` end to end: real training and export,
 real redis-server, PostgreSQL and uvicorn services, the real client and replay.
 
 Checks the JSON's documented keys and that its values are sane (slowdowns >= 0, taus
@@ -48,7 +48,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     import typer
     from typer.testing import CliRunner
 
-    from benchmarks.learning import learning
+    from xla_costmodel.benchmarks.learning import learning
 
     out = tmp_path_factory.mktemp("learning")
     app = typer.Typer()
@@ -156,7 +156,7 @@ def test_postgres_server_starts_a_throwaway_cluster_and_removes_it(
 ) -> None:
     import psycopg
 
-    from benchmarks.procs import PostgresServer
+    from xla_costmodel.benchmarks.procs import PostgresServer
 
     with PostgresServer(tmp_path) as pg:
         assert pg.port != 5432 and pg.root is not None

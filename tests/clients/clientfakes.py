@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tpugraphs.arrays import Graph, make_configs, make_graph
-from tpugraphs.graph_id import graph_id
+from xla_costmodel.tpugraphs.arrays import Graph, make_configs, make_graph
+from xla_costmodel.tpugraphs.graph_id import graph_id
 
 Outcome = httpx.Response | Exception
 

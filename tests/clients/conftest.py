@@ -15,9 +15,9 @@ import httpx
 import pytest
 from clientfakes import FakeService, Sleeps
 
-from clients import CostModelClient, RetryPolicy
-from tpugraphs.arrays import Sample
-from tpugraphs.reader import load_npz
+from xla_costmodel.clients import CostModelClient, RetryPolicy
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.reader import load_npz
 
 TILE_DIR = Path("pb/official_testdata/op_tuning_data.converted")
 LAYOUT_FILE = Path("npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz")
@@ -98,7 +98,7 @@ def live_server(
         "COSTMODEL_DATA_DIR": str(tmp_path_factory.mktemp("data")),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "service.app:app_from_env", "--factory",
+        [sys.executable, "-m", "uvicorn", "xla_costmodel.service.app:app_from_env", "--factory",
          "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip

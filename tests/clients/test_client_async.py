@@ -8,14 +8,14 @@ import httpx
 import pytest
 from clientfakes import AsyncSlowTransport, FakeService, Sleeps, error, unused_url
 
-from clients import (
+from xla_costmodel.clients import (
     AsyncCostModelClient,
     DeadlineExceeded,
     EndpointNotFound,
     RetryPolicy,
     ServiceUnavailable,
 )
-from tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from clientfakes import FakeService, silent_server
 
-from clients import (
+from xla_costmodel.clients import (
     DEFAULT_LIMITS,
     DEFAULT_TIMEOUT,
     AsyncCostModelClient,
@@ -21,7 +21,7 @@ from clients import (
     RetryPolicy,
     ServiceUnavailable,
 )
-from tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.arrays import Sample
 
 LIMITS = httpx.Limits(
     max_connections=3, max_keepalive_connections=2, keepalive_expiry=7.5

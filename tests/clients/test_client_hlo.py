@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from clients import (
+from xla_costmodel.clients import (
     AsyncCostModelClient,
     CostModelClient,
     Hlo,
@@ -21,12 +21,12 @@ from clients import (
     TileSizes,
     prepare_graph,
 )
-from clients.raw_configs import config_collection, is_raw
-from service.app import create_app
-from service.settings import Settings
-from tpugraphs.arrays import Sample
-from tpugraphs.configs import decode_layout, decode_tiles
-from tpugraphs.hlo import featurize_hlo
+from xla_costmodel.clients.raw_configs import config_collection, is_raw
+from xla_costmodel.service.app import create_app
+from xla_costmodel.service.settings import Settings
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.configs import decode_layout, decode_tiles
+from xla_costmodel.tpugraphs.hlo import featurize_hlo
 
 REPO = Path(__file__).resolve().parents[2]
 HLO_DIR = REPO.parent / "shared" / "tpugraphs" / "hlo"

@@ -23,7 +23,7 @@ HEAVY = (
 
 def test_importing_clients_imports_no_server_stack() -> None:
     code = (
-        "import json, sys; import clients, clients.replay; "
+        "import json, sys; import clients, xla_costmodel.clients.replay; "
         f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))"
     )
     out = subprocess.run(

@@ -10,11 +10,16 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from clients import AsyncCostModelClient, EndpointNotFound, ModelNotFound, prepare_graph
-from clients.payloads import savez_bytes
-from service.app import create_app
-from service.settings import Settings
-from tpugraphs.arrays import Sample
+from xla_costmodel.clients import (
+    AsyncCostModelClient,
+    EndpointNotFound,
+    ModelNotFound,
+    prepare_graph,
+)
+from xla_costmodel.clients.payloads import savez_bytes
+from xla_costmodel.service.app import create_app
+from xla_costmodel.service.settings import Settings
+from xla_costmodel.tpugraphs.arrays import Sample
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.anyio

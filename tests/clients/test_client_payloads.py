@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients import InvalidRequest, prepare_graph
-from clients.payloads import config_array, configs_npz, savez_bytes
-from tpugraphs.arrays import Sample
-from tpugraphs.graph_id import graph_id
+from xla_costmodel.clients import InvalidRequest, prepare_graph
+from xla_costmodel.clients.payloads import config_array, configs_npz, savez_bytes
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.graph_id import graph_id
 
 
 def file_id(path: Path) -> str:

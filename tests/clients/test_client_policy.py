@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from clients import (
+from xla_costmodel.clients import (
     ApiError,
     Deadline,
     DeadlineExceeded,
@@ -20,8 +20,12 @@ from clients import (
     ServiceUnavailable,
     VersionNotLoaded,
 )
-from clients.errors import CostModelError, error_from_response, error_from_transport
-from clients.retry import parse_retry_after
+from xla_costmodel.clients.errors import (
+    CostModelError,
+    error_from_response,
+    error_from_transport,
+)
+from xla_costmodel.clients.retry import parse_retry_after
 
 
 def answer(status: int, **body: object) -> httpx.Response:

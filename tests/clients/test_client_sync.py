@@ -19,7 +19,7 @@ from clientfakes import (
     unused_url,
 )
 
-from clients import (
+from xla_costmodel.clients import (
     CostModelClient,
     DeadlineExceeded,
     EndpointNotFound,
@@ -32,7 +32,7 @@ from clients import (
     VersionNotLoaded,
     prepare_graph,
 )
-from tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.arrays import Sample
 
 
 def test_rank_sends_an_unknown_graph_inline_once_then_ranks_by_id(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from clients import (
+from xla_costmodel.clients import (
     CostModelClient,
     EndpointNotFound,
     VersionNotLoaded,
 )
-from tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.arrays import Sample
 
 
 def test_rank_upload_cache_and_session(

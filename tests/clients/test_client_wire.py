@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from numpy.lib import format as npy
 
-from clients import ProtocolError
-from clients.wire import parse_rank
+from xla_costmodel.clients import ProtocolError
+from xla_costmodel.clients.wire import parse_rank
 
 GID = "ab" * 32
 REQUEST = httpx.Request("POST", "http://service/v1/rank")

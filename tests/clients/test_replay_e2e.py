@@ -14,9 +14,9 @@ import typer
 from clientfakes import unused_url
 from typer.testing import CliRunner
 
-from clients import CostModelClient
-from clients.cli import replay
-from tpugraphs.reader import load_npz
+from xla_costmodel.clients import CostModelClient
+from xla_costmodel.clients.cli import replay
+from xla_costmodel.tpugraphs.reader import load_npz
 
 BUDGET_FRACTION = 0.1
 # Its own target: other tests feed measurements of these graphs to the same server,

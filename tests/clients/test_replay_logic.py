@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from clientfakes import FakeService
 
-from clients import CostModelClient, InvalidRequest
-from clients.replay import (
+from xla_costmodel.clients import CostModelClient, InvalidRequest
+from xla_costmodel.clients.replay import (
     Budget,
     ReplayReport,
     default_config,
     replay,
     score_graph,
 )
-from tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.arrays import Sample
 
 
 def test_budget() -> None:

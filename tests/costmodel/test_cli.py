@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from costmodel.cli import COMMANDS, build_app
-from tpugraphs.arrays import make_graph
+from xla_costmodel.cli import COMMANDS, build_app
+from xla_costmodel.tpugraphs.arrays import make_graph
 
 runner = CliRunner()
 
@@ -26,7 +26,7 @@ def test_every_command_is_registered_and_documented() -> None:
 def test_building_the_cli_does_not_import_torch() -> None:
     # `costmodel serve` must start on a machine without torch.
     code = (
-        "import sys; from costmodel.cli import build_app; build_app(); "
+        "import sys; from xla_costmodel.cli import build_app; build_app(); "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.manifest import (
+from xla_costmodel.manifest import (
     ArtifactError,
     GraphSpec,
     Manifest,

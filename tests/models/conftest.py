@@ -11,8 +11,8 @@ from modelkit import TILE_KERNELS, UNET_TRAIN, UNET_VALID, tiny_config
 @pytest.fixture(scope="session")
 def tile_artifact(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """(TrainResult, artifact dir) of a tiny tile model trained 2 epochs on real kernels."""
-    from models.export import export_artifact
-    from models.train import fit
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.train import fit
 
     kernels = sorted((shared_data / TILE_KERNELS).glob("*.npz"))
     valid = [k for k in kernels if k.name.startswith("fusion.205")]
@@ -25,8 +25,8 @@ def tile_artifact(shared_data: Path, tmp_path_factory: pytest.TempPathFactory): 
 
 @pytest.fixture(scope="session")
 def layout_artifact(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from models.export import export_artifact
-    from models.train import fit
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.train import fit
 
     out = tmp_path_factory.mktemp("layout") / "1"
     result = fit(

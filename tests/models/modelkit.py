@@ -10,8 +10,8 @@ FUSION_191 = f"{TILE_KERNELS}/fusion.191_4ae805e53b8d2b8a.npz"
 
 
 def tiny_config(collection: str, epochs: int = 2, **train_kwargs: object):  # type: ignore[no-untyped-def]
-    from models.network import ModelConfig
-    from models.train import TrainConfig
+    from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.train import TrainConfig
 
     model = ModelConfig(collection, hidden=16, layers=2, embed=16, scorer_hidden=8)  # type: ignore[arg-type]
     options: dict[str, object] = {"batch_configs": 16, "max_steps_per_graph": 2}

@@ -8,14 +8,14 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from costmodel.manifest import read_manifest
-from models import cli
-from models.synthetic import write_tree
-from tpugraphs.metrics import LAYOUT_KEYS, TILE_KEYS
+from xla_costmodel.manifest import read_manifest
+from xla_costmodel.models import cli
+from xla_costmodel.models.synthetic import write_tree
+from xla_costmodel.tpugraphs.metrics import LAYOUT_KEYS, TILE_KEYS
 
 
 def app() -> typer.Typer:
-    """The three commands as ``costmodel.cli`` registers them."""
+    """The three commands as ``xla_costmodel.cli`` registers them."""
     application = typer.Typer()
     for name in ("train", "evaluate", "export"):
         application.command(name)(getattr(cli, name))
@@ -73,9 +73,9 @@ def test_layout_report_has_every_key_and_a_null_default(
 ) -> None:
     from modelkit import UNET_VALID, tiny_config
 
-    from models.evaluate import evaluate_artifact
-    from models.export import export_artifact
-    from models.train import fit
+    from xla_costmodel.models.evaluate import evaluate_artifact
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.train import fit
 
     files = write_tree(
         tmp_path, "layout", "train", 2, seed=0, num_nodes=20, num_configs=20

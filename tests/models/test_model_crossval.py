@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from modelkit import tiny_config
 
-from models.crossval import cross_validate, kernel_folds
-from models.synthetic import write_tree
-from tpugraphs.metrics import TILE_KEYS
+from xla_costmodel.models.crossval import cross_validate, kernel_folds
+from xla_costmodel.models.synthetic import write_tree
+from xla_costmodel.tpugraphs.metrics import TILE_KEYS
 
 
 def fake_files(n_rankable: int, n_other: int) -> tuple[list[Path], list[Path]]:
@@ -53,7 +53,7 @@ def test_fewer_than_two_rankable_kernels_cannot_be_cross_validated() -> None:
 def test_cross_validate_scores_every_kernel_with_a_model_that_never_saw_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import models.crossval
+    import xla_costmodel.models.crossval
 
     trained_on: list[list[Path]] = []
 
@@ -61,8 +61,8 @@ def test_cross_validate_scores_every_kernel_with_a_model_that_never_saw_it(
         trained_on.append(list(train))
         return fit(train, *args)
 
-    fit = models.crossval.fit
-    monkeypatch.setattr(models.crossval, "fit", recording_fit)
+    fit = xla_costmodel.models.crossval.fit
+    monkeypatch.setattr(xla_costmodel.models.crossval, "fit", recording_fit)
     files = write_tree(
         tmp_path, "tile", "train", 3, seed=0, num_nodes=8, num_configs=12
     )
@@ -100,7 +100,7 @@ def test_cross_validate_groups_copies_by_graph_id(
 ) -> None:
     """A copy of a kernel under another folder is the same graph: one fold tests both,
     and no fold trains on one while testing the other."""
-    import models.crossval
+    import xla_costmodel.models.crossval
 
     trained_on: list[list[Path]] = []
 
@@ -108,8 +108,8 @@ def test_cross_validate_groups_copies_by_graph_id(
         trained_on.append(list(train))
         return fit(train, *args)
 
-    fit = models.crossval.fit
-    monkeypatch.setattr(models.crossval, "fit", recording_fit)
+    fit = xla_costmodel.models.crossval.fit
+    monkeypatch.setattr(xla_costmodel.models.crossval, "fit", recording_fit)
     files = write_tree(tmp_path, "tile", "train", 3, num_nodes=8, num_configs=12)
     copy = tmp_path / "elsewhere" / files[0].name
     copy.parent.mkdir()

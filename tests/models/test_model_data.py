@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from modelkit import FUSION_191, TILE_KERNELS, UNET_TRAIN
 
-from models.data import (
+from xla_costmodel.models.data import (
     SIGNED_NODE_COLUMNS,
     ExampleStore,
     dedup_configs,
@@ -17,9 +17,13 @@ from models.data import (
     holdout_split,
     make_example,
 )
-from models.synthetic import make_layout_arrays, make_tile_arrays, write_npz
-from tpugraphs.arrays import sample_from_arrays
-from tpugraphs.reader import load_npz
+from xla_costmodel.models.synthetic import (
+    make_layout_arrays,
+    make_tile_arrays,
+    write_npz,
+)
+from xla_costmodel.tpugraphs.arrays import sample_from_arrays
+from xla_costmodel.tpugraphs.reader import load_npz
 
 
 def test_dedup_merges_identical_rows_with_the_mean_runtime() -> None:
@@ -69,7 +73,7 @@ def test_max_configs_keeps_the_fastest() -> None:
 
 
 def test_stats_mask_constant_columns_and_match_the_transform(tmp_path: Path) -> None:
-    from models.synthetic import write_npz
+    from xla_costmodel.models.synthetic import write_npz
 
     paths = [
         write_npz(tmp_path / f"g{i}.npz", make_tile_arrays(seed=i)) for i in range(3)
@@ -86,7 +90,7 @@ def test_stats_mask_constant_columns_and_match_the_transform(tmp_path: Path) -> 
 
 
 def test_example_store_streams_when_over_budget(tmp_path: Path) -> None:
-    from models.synthetic import write_npz
+    from xla_costmodel.models.synthetic import write_npz
 
     paths = [
         write_npz(tmp_path / f"g{i}.npz", make_tile_arrays(seed=i)) for i in range(3)
@@ -136,8 +140,8 @@ def test_holdout_needs_two_labelled_graphs(tmp_path: Path) -> None:
 
 
 def test_collection_files_names_an_unreadable_file(tmp_path: Path) -> None:
-    from models.data import collection_files
-    from tpugraphs.errors import GraphFormatError
+    from xla_costmodel.models.data import collection_files
+    from xla_costmodel.tpugraphs.errors import GraphFormatError
 
     (tmp_path / "broken.npz").write_bytes(b"")
     with pytest.raises(GraphFormatError, match=r"broken\.npz"):

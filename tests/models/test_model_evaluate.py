@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from models.evaluate import eval_indices_for
+from xla_costmodel.models.evaluate import eval_indices_for
 
 
 def test_eval_indices_use_the_layout_folder_under_npz(tmp_path: Path) -> None:

@@ -12,12 +12,12 @@ import pytest
 import torch
 from modelkit import FUSION_191, NLP_TEST, UNET_VALID
 
-from costmodel.manifest import read_manifest
-from costmodel.runner import ArtifactRunner
-from models.data import SIGNED_NODE_COLUMNS
-from models.train import graph_tensors
-from tpugraphs.arrays import make_graph
-from tpugraphs.reader import load_npz
+from xla_costmodel.manifest import read_manifest
+from xla_costmodel.models.data import SIGNED_NODE_COLUMNS
+from xla_costmodel.models.train import graph_tensors
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.tpugraphs.arrays import make_graph
+from xla_costmodel.tpugraphs.reader import load_npz
 
 RTOL, ATOL = 1e-3, 1e-4
 

@@ -15,18 +15,18 @@ import typer
 from modelkit import tiny_config
 from typer.testing import CliRunner
 
-from costmodel.manifest import read_manifest
-from costmodel.runner import ArtifactRunner
-from models import cli
-from models.checkpoint import CHECKPOINT, save_checkpoint
-from models.data import ExampleStore
-from models.export import export_artifact
-from models.finetune import InitError, architecture, finetune, load_init
-from models.network import CostModel
-from models.synthetic import write_tree
-from models.train import TrainResult, fit
-from tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
-from tpugraphs.reader import load_npz
+from xla_costmodel.manifest import read_manifest
+from xla_costmodel.models import cli
+from xla_costmodel.models.checkpoint import CHECKPOINT, save_checkpoint
+from xla_costmodel.models.data import ExampleStore
+from xla_costmodel.models.export import export_artifact
+from xla_costmodel.models.finetune import InitError, architecture, finetune, load_init
+from xla_costmodel.models.network import CostModel
+from xla_costmodel.models.synthetic import write_tree
+from xla_costmodel.models.train import TrainResult, fit
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
+from xla_costmodel.tpugraphs.reader import load_npz
 
 SIZES = {"num_nodes": 20, "num_configs": 60}
 SHIPPED = Path(__file__).resolve().parents[2] / "models" / "artifacts"

@@ -1,6 +1,6 @@
 """The networks' fast forward passes compute the plain forms they replace.
 
-``models.network`` writes each module for what its exported graph costs (column picks by
+``xla_costmodel.models.network`` writes each module for what its exported graph costs (column picks by
 Gemm, a split Linear instead of a concatenation, folded FiLM and biases); these tests
 hold each one to the plain PyTorch form, on inputs that include negative values where
 the format allows them.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.data import SIGNED_NODE_COLUMNS
-from models.network import (
+from xla_costmodel.models.data import SIGNED_NODE_COLUMNS
+from xla_costmodel.models.network import (
     Edges,
     LayoutScorer,
     MessagePassing,
@@ -21,7 +21,11 @@ from models.network import (
     TileScorer,
     signed_log,
 )
-from tpugraphs.spec import LAYOUT_CONFIG_DIM, NODE_FEAT_DIM, TILE_CONFIG_DIM
+from xla_costmodel.tpugraphs.spec import (
+    LAYOUT_CONFIG_DIM,
+    NODE_FEAT_DIM,
+    TILE_CONFIG_DIM,
+)
 
 
 def integer_features(rows: int, dim: int, signed: tuple[int, ...] = ()) -> torch.Tensor:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from modelkit import tiny_config
 
-from models.data import ExampleStore
-from models.synthetic import write_tree
-from models.train import fit
-from tpugraphs.metrics import mean_metrics, metric_keys, random_baseline
+from xla_costmodel.models.data import ExampleStore
+from xla_costmodel.models.synthetic import write_tree
+from xla_costmodel.models.train import fit
+from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys, random_baseline
 
 SIZES = {
     "tile": {"num_nodes": 20, "num_configs": 80},

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.manifest import list_versions, read_manifest
-from costmodel.runner import ArtifactRunner
-from tpugraphs.metrics import metric_keys
-from tpugraphs.reader import file_graph, load_npz
+from xla_costmodel.manifest import list_versions, read_manifest
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.tpugraphs.metrics import metric_keys
+from xla_costmodel.tpugraphs.reader import file_graph, load_npz
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "models" / "artifacts"
 CHECKPOINTS = ARTIFACTS.parent / "checkpoints"
@@ -72,8 +72,8 @@ def test_shipped_checkpoint_is_the_artifacts_model(
     scores like the served ONNX artifact of the same version."""
     import torch
 
-    from models.checkpoint import CHECKPOINT, load_checkpoint
-    from models.train import graph_tensors
+    from xla_costmodel.models.checkpoint import CHECKPOINT, load_checkpoint
+    from xla_costmodel.models.train import graph_tensors
 
     version = list_versions(ARTIFACTS, name)[-1]
     path = CHECKPOINTS / name / version / CHECKPOINT

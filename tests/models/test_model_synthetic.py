@@ -8,9 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from models.synthetic import make_layout_arrays, make_tile_arrays, write_npz
-from tpugraphs.reader import load_npz
-from tpugraphs.spec import LAYOUT_KEYS, NUM_OPCODES, TILE_KEYS
+from xla_costmodel.models.synthetic import (
+    make_layout_arrays,
+    make_tile_arrays,
+    write_npz,
+)
+from xla_costmodel.tpugraphs.reader import load_npz
+from xla_costmodel.tpugraphs.spec import LAYOUT_KEYS, NUM_OPCODES, TILE_KEYS
 
 DTYPES = {"node_feat": np.float32, "node_opcode": np.uint8, "edge_index": np.int64,
           "config_feat": np.float32, "config_runtime": np.int64,
@@ -63,5 +67,5 @@ def test_same_seed_same_arrays() -> None:
 
 
 def test_synthetic_and_cli_modules_do_not_import_torch() -> None:
-    code = "import sys, models.synthetic, models.cli; assert 'torch' not in sys.modules"
+    code = "import sys, xla_costmodel.models.synthetic, xla_costmodel.models.cli; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

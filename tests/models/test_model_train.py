@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from modelkit import tiny_config
 
-from models.synthetic import make_tile_arrays, write_npz, write_tree
-from models.train import fit
+from xla_costmodel.models.synthetic import make_tile_arrays, write_npz, write_tree
+from xla_costmodel.models.train import fit
 
 
 def test_unrankable_validation_warns_and_keeps_the_last_epoch(tmp_path: Path) -> None:

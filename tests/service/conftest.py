@@ -26,9 +26,9 @@ from servicekit import (
     set_version,
 )
 
-from service.app import create_app
-from tpugraphs.arrays import Sample
-from tpugraphs.reader import load_npz
+from xla_costmodel.service.app import create_app
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.reader import load_npz
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from service.settings import Settings
-from tpugraphs.arrays import Sample
+from xla_costmodel.service.settings import Settings
+from xla_costmodel.tpugraphs.arrays import Sample
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "models" / "artifacts"
@@ -106,7 +106,7 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    """``python -m service.cli`` on a free port; ``stop``/``start`` restart it."""
+    """``python -m xla_costmodel.service.cli`` on a free port; ``stop``/``start`` restart it."""
 
     def __init__(self, port: int, env: dict[str, str], log: Path) -> None:
         self.port = port
@@ -121,7 +121,7 @@ class ServiceProcess:
     def start(self, timeout: float = 60) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "--port", str(self.port)],
+                [sys.executable, "-m", "xla_costmodel.service.cli", "--port", str(self.port)],
                 cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + timeout

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from servicekit import AppClient, graph_json, metric
 
-from tpugraphs.arrays import Sample
-from tpugraphs.metrics import kendall_tau
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.metrics import kendall_tau
 
 pytestmark = pytest.mark.anyio
 FED = 50  # configs fed back, as in the acceptance figure

@@ -16,12 +16,12 @@ import pytest
 import sqlalchemy as sa
 from servicekit import NPZ, AppClient, graph_json, metric
 
-from service.core.feedback import OnlineQuality, Quality, compact, measure
-from service.store import default_sqlite_url
-from service.store.schema import graphs, measurements
-from tpugraphs.arrays import Sample
-from tpugraphs.graph_id import graph_id
-from tpugraphs.metrics import kendall_tau, topk_slowdown
+from xla_costmodel.service.core.feedback import OnlineQuality, Quality, compact, measure
+from xla_costmodel.service.store import default_sqlite_url
+from xla_costmodel.service.store.schema import graphs, measurements
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.graph_id import graph_id
+from xla_costmodel.tpugraphs.metrics import kendall_tau, topk_slowdown
 
 pytestmark = pytest.mark.anyio
 TAU = "costmodel_online_kendall_tau"

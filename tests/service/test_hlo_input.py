@@ -12,10 +12,10 @@ import pytest
 import redis
 from servicekit import NPZ, AppClient, graph_npz, npz_bytes
 
-from tpugraphs.arrays import Sample
-from tpugraphs.configs import decode_layout, decode_tiles
-from tpugraphs.hlo import featurize_hlo
-from tpugraphs.hlo.cli import featurize_file
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.configs import decode_layout, decode_tiles
+from xla_costmodel.tpugraphs.hlo import featurize_hlo
+from xla_costmodel.tpugraphs.hlo.cli import featurize_file
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from servicekit import ADMIN, REPO, ServiceProcess
 
-from clients import CostModelClient
-from tpugraphs.reader import load_npz
+from xla_costmodel.clients import CostModelClient
+from xla_costmodel.tpugraphs.reader import load_npz
 
 KERNELS = [
     "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
@@ -26,7 +26,7 @@ KERNELS = [
 
 def costmodel(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from costmodel.cli import main; main()", *args],
+        [sys.executable, "-c", "from xla_costmodel.cli import main; main()", *args],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

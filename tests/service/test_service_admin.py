@@ -8,7 +8,7 @@ import httpx
 import pytest
 from servicekit import ADMIN, AppClient, add_version, graph_json
 
-from tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio
 AUTH = {"authorization": f"Bearer {ADMIN}"}

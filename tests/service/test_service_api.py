@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from servicekit import NPZ, UNET, AppClient, graph_json, graph_npz, metric, npz_bytes
 
-from costmodel.runner import ArtifactRunner
-from service.schemas import RankOut
-from tpugraphs.arrays import Sample
-from tpugraphs.graph_id import graph_id
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.service.schemas import RankOut
+from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.graph_id import graph_id
 
 pytestmark = pytest.mark.anyio
 

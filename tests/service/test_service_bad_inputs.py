@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from servicekit import NPZ, AppClient, graph_json, npz_bytes
 
-from tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from servicekit import add_version
 
-from costmodel.runner import ArtifactRunner, SessionOptions
-from service.core import blob
-from service.core.cache import CacheKey, EmbeddingCache
-from service.core.memory import MemoryLRU, embedding_nbytes
-from service.core.ranker import KEYED_SORT_MIN, stable_order
-from service.core.redis_store import RedisStore, StoreUnavailable, connect
-from service.core.registry import ModelRegistry
-from service.errors import ModelNotFound, ReloadFailed, VersionNotLoaded
+from xla_costmodel.runner import ArtifactRunner, SessionOptions
+from xla_costmodel.service.core import blob
+from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache
+from xla_costmodel.service.core.memory import MemoryLRU, embedding_nbytes
+from xla_costmodel.service.core.ranker import KEYED_SORT_MIN, stable_order
+from xla_costmodel.service.core.redis_store import RedisStore, StoreUnavailable, connect
+from xla_costmodel.service.core.registry import ModelRegistry
+from xla_costmodel.service.errors import ModelNotFound, ReloadFailed, VersionNotLoaded
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from servicekit import ADMIN, NPZ, ServiceProcess, add_version, graph_npz, npz_bytes
 
-from costmodel.runner import ArtifactRunner
-from tpugraphs.arrays import Sample
+from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 from servicekit import AppClient, graph_json, metric
 
-from service.deps import get_ranker
-from tpugraphs.arrays import Sample
+from xla_costmodel.service.deps import get_ranker
+from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio
 

@@ -13,14 +13,14 @@ import pytest
 from numpy.lib import format as npy
 from servicekit import NPZ, graph_npz
 
-import service.codecs
-import service.core.ranker
-from service.codecs import Params, decode_upload, prefers_npz
-from service.codecs import load_npz as read_npz
-from service.core.inputs import INLINE_BYTES, RawGraph
-from service.errors import MalformedBody, PayloadTooLarge
-from tpugraphs import npz as tpugraphs_npz
-from tpugraphs.arrays import Sample
+import xla_costmodel.service.codecs
+import xla_costmodel.service.core.ranker
+from xla_costmodel.service.codecs import Params, decode_upload, prefers_npz
+from xla_costmodel.service.codecs import load_npz as read_npz
+from xla_costmodel.service.core.inputs import INLINE_BYTES, RawGraph
+from xla_costmodel.service.errors import MalformedBody, PayloadTooLarge
+from xla_costmodel.tpugraphs import npz as tpugraphs_npz
+from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio
 
@@ -104,7 +104,7 @@ async def test_npz_bodies_are_decoded_off_the_event_loop(
         threads.append(threading.current_thread() is threading.main_thread())
         return tpugraphs_npz.read_npz(body, max_decoded)
 
-    monkeypatch.setattr(service.codecs, "read_npz", spy)
+    monkeypatch.setattr(xla_costmodel.service.codecs, "read_npz", spy)
     body = graph_npz(kernel)
     assert len(body) < INLINE_BYTES
     r = await client.put("/v1/graphs?model=tile", content=body, headers=NPZ)
@@ -118,14 +118,14 @@ async def test_json_configs_reach_the_loop_as_an_array(
     """The nested lists are converted while decoding (off the loop for large
     bodies), so ``check_configs`` on the loop makes no pass over the values."""
     seen: list[tuple[type, bool]] = []
-    check = service.core.ranker.check_configs
+    check = xla_costmodel.service.core.ranker.check_configs
 
     def spy(value: Any, *args: Any) -> Any:
         on_loop = threading.current_thread() is threading.main_thread()
         seen.append((type(value), on_loop))
         return check(value, *args)
 
-    monkeypatch.setattr(service.core.ranker, "check_configs", spy)
+    monkeypatch.setattr(xla_costmodel.service.core.ranker, "check_configs", spy)
     configs = np.zeros((20_000, 24)).tolist()  # ~1 MB of JSON
     g = kernel.graph
     graph = {"node_feat": g.node_feat.tolist(), "node_opcode": g.node_opcode.tolist(),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store import MeasurementStore, default_sqlite_url
+from xla_costmodel.service.store import MeasurementStore, default_sqlite_url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

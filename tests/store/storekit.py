@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from service.store import MeasurementBatch
-from tpugraphs.graph_id import graph_id
+from xla_costmodel.service.store import MeasurementBatch
+from xla_costmodel.tpugraphs.graph_id import graph_id
 
 
 def layout_graph(

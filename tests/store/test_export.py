@@ -11,10 +11,10 @@ import typer
 from storekit import batch, gid
 from typer.testing import CliRunner
 
-from costmodel.dataset import export
-from models.synthetic import make_layout_arrays, make_tile_arrays
-from service.store import MeasurementStore, default_sqlite_url
-from tpugraphs.reader import load_npz
+from xla_costmodel.dataset import export
+from xla_costmodel.models.synthetic import make_layout_arrays, make_tile_arrays
+from xla_costmodel.service.store import MeasurementStore, default_sqlite_url
+from xla_costmodel.tpugraphs.reader import load_npz
 
 GRAPH_KEYS = (
     "node_feat",
@@ -99,8 +99,8 @@ def test_export_writes_files_the_reader_and_trainer_accept(
         assert raw["node_splits"].shape == (1, 4)  # the files' [1,S]
         assert raw["node_config_feat"].dtype == np.float32
 
-    from models.network import ModelConfig
-    from models.train import TrainConfig, fit
+    from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.train import TrainConfig, fit
 
     tiles = sorted((out / "tile").rglob("*.npz"))
     model = ModelConfig("tile", hidden=16, layers=2, embed=16, scorer_hidden=8)
@@ -142,6 +142,8 @@ def test_export_defaults_to_the_data_dir_and_never_creates_a_database(
 
 
 def test_the_command_is_registered() -> None:
-    from costmodel.cli import GROUPS
+    from xla_costmodel.cli import GROUPS
 
-    assert GROUPS["dataset"][1] == {"export": "costmodel.dataset:export"}
+    assert GROUPS["dataset"][1] == {
+        "export": ("xla_costmodel.dataset:export", "service")
+    }

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from storekit import batch, gid, layout_configs, layout_graph, tile_graph
 
-from service.store import (
+from xla_costmodel.service.store import (
     IdempotencyConflict,
     MeasurementStore,
     StoreUnavailable,
@@ -219,8 +219,8 @@ def test_migrations_are_recorded_and_reopening_is_fine(store_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from service.store.migrate import head_revision
-    from service.store.schema import metadata
+    from xla_costmodel.service.store.migrate import head_revision
+    from xla_costmodel.service.store.schema import metadata
 
     first = MeasurementStore.open(store_url)
     second = MeasurementStore.open(store_url)

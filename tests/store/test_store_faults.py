@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import event
 from storekit import batch, gid, layout_configs, layout_graph
 
-from service.store import MeasurementStore, StoreError, StoreUnavailable
-from service.store import default_sqlite_url as sqlite_url
-from service.store.engine import WRITE, create_store_engine
+from xla_costmodel.service.store import MeasurementStore, StoreError, StoreUnavailable
+from xla_costmodel.service.store import default_sqlite_url as sqlite_url
+from xla_costmodel.service.store.engine import WRITE, create_store_engine
 
 
 def saved_layout(store: MeasurementStore) -> str:
@@ -127,7 +127,9 @@ def test_a_full_sqlite_database_is_unavailable(tmp_path: Path) -> None:
 def test_a_locked_sqlite_database_is_unavailable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("service.store.engine.SQLITE_BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(
+        "xla_costmodel.service.store.engine.SQLITE_BUSY_TIMEOUT_MS", 200
+    )
     url = sqlite_url(tmp_path)
     store = MeasurementStore.open(url)
     graph = saved_layout(store)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpugraphs import adapt
-from tpugraphs.metrics import kendall_tau
+from xla_costmodel.tpugraphs import adapt
+from xla_costmodel.tpugraphs.metrics import kendall_tau
 
 
 def planted(n: int, layout: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tpugraphs.config_json import (
+from xla_costmodel.tpugraphs.config_json import (
     is_tile_json,
     layout_from_json,
     node_layout_from_json,
     tile_from_json,
 )
-from tpugraphs.configs import NodeLayout, TileSizes
-from tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.configs import NodeLayout, TileSizes
+from xla_costmodel.tpugraphs.errors import GraphFormatError
 
 
 def test_tile_missing_lists_are_empty() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tpugraphs.configs import (
+from xla_costmodel.tpugraphs.configs import (
     NodeLayout,
     TileSizes,
     decode_layout,
@@ -17,8 +17,8 @@ from tpugraphs.configs import (
     encode_layout,
     encode_tile,
 )
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.hlo import HloGraph, featurize_hlo
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.hlo import HloGraph, featurize_hlo
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "tpugraphs"
 TILE_FILES = sorted(

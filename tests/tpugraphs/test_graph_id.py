@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpugraphs.graph_id import graph_id
-from tpugraphs.reader import load_npz
+from xla_costmodel.tpugraphs.graph_id import graph_id
+from xla_costmodel.tpugraphs.reader import load_npz
 
 
 def test_id_matches_documented_encoding() -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.hlo import featurize_hlo
-from tpugraphs.hlo.cli import featurize_file
-from tpugraphs.spec import OPCODE_IDS
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.hlo import featurize_hlo
+from xla_costmodel.tpugraphs.hlo.cli import featurize_file
+from xla_costmodel.tpugraphs.spec import OPCODE_IDS
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "tpugraphs"
 UNET_HLO = SHARED / "hlo" / "unet_3d.4x4.bf16.hlo.txt"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpugraphs.hlo import HloParseError, featurize_hlo
+from xla_costmodel.tpugraphs.hlo import HloParseError, featurize_hlo
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "tpugraphs"
 SOURCES = sorted((SHARED / "hlo" / "tile").glob("*.hlo.txt")) + [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.hlo import HloParseError, featurize_hlo, parse_hlo
-from tpugraphs.spec import OPCODE_IDS
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.hlo import HloParseError, featurize_hlo, parse_hlo
+from xla_costmodel.tpugraphs.spec import OPCODE_IDS
 
 SCHEDULED = """\
 HloModule m, is_scheduled=true

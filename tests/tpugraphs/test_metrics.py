@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tpugraphs.metrics import (
+from xla_costmodel.tpugraphs.metrics import (
     default_baseline_tile,
     expected_random_topk_slowdown,
     kendall_tau,

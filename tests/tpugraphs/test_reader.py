@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpugraphs.arrays import make_configs, make_graph
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.reader import expand_paths, iter_samples, load_npz
+from xla_costmodel.tpugraphs.arrays import make_configs, make_graph
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.reader import expand_paths, iter_samples, load_npz
 
 UNET = "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"
 FUSION = "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz"
@@ -156,7 +156,7 @@ def test_npz_roundtrip_through_bytes(shared_data: Path) -> None:
 
 
 def test_file_collection_and_file_graph_name_an_unreadable_file(tmp_path: Path) -> None:
-    from tpugraphs.reader import file_collection, file_graph
+    from xla_costmodel.tpugraphs.reader import file_collection, file_graph
 
     path = tmp_path / "broken.npz"
     path.write_bytes(b"not a zip")
@@ -167,8 +167,8 @@ def test_file_collection_and_file_graph_name_an_unreadable_file(tmp_path: Path) 
 
 
 def test_file_graph_is_the_loaded_graphs_id(shared_data: Path) -> None:
-    from tpugraphs.graph_id import graph_id
-    from tpugraphs.reader import file_graph
+    from xla_costmodel.tpugraphs.graph_id import graph_id
+    from xla_costmodel.tpugraphs.reader import file_graph
 
     for rel in (FUSION, "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"):
         g = load_npz(shared_data / rel).graph

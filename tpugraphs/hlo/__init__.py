@@ -7,8 +7,8 @@ HloParseError(GraphFormatError)  malformed text, with ``line``
 
 from __future__ import annotations
 
-from tpugraphs.hlo.errors import HloParseError
-from tpugraphs.hlo.featurize import HloGraph, featurize_hlo, opcode_id
-from tpugraphs.hlo.parser import parse_hlo
+from xla_costmodel.tpugraphs.hlo.errors import HloParseError
+from xla_costmodel.tpugraphs.hlo.featurize import HloGraph, featurize_hlo, opcode_id
+from xla_costmodel.tpugraphs.hlo.parser import parse_hlo
 
 __all__ = ["HloGraph", "HloParseError", "featurize_hlo", "opcode_id", "parse_hlo"]

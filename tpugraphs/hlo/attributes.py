@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tpugraphs.hlo.errors import HloParseError
-from tpugraphs.hlo.ir import HloInstruction
+from xla_costmodel.tpugraphs.hlo.errors import HloParseError
+from xla_costmodel.tpugraphs.hlo.ir import HloInstruction
 
 # Numbers are capped at 18 digits so int() stays exact and cheap on hostile input.
 _INT = r"-?\d{1,18}"

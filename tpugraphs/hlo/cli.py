@@ -1,7 +1,7 @@
 """``costmodel featurize FILE.hlo.txt --out FILE.npz``: the file-level entry point.
 
 Only the command line imports this module (it needs typer); library users call
-``tpugraphs.hlo.featurize_hlo``.
+``xla_costmodel.tpugraphs.hlo.featurize_hlo``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import typer
 
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.hlo.featurize import featurize_hlo
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.hlo.featurize import featurize_hlo
 
 
 def featurize_file(

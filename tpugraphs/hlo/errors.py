@@ -1,6 +1,6 @@
 """The error the HLO text featurizer raises for malformed text.
 
-    GraphFormatError(ValueError)     tpugraphs.errors
+    GraphFormatError(ValueError)     xla_costmodel.tpugraphs.errors
     └── HloParseError                the text is not HLO we can read; carries ``line``
 
 Subclassing GraphFormatError lets the CLI and the service treat a bad HLO upload like
@@ -9,7 +9,7 @@ any other bad graph, while ``line`` points the user at the offending text.
 
 from __future__ import annotations
 
-from tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.errors import GraphFormatError
 
 
 class HloParseError(GraphFormatError):

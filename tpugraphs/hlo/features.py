@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tpugraphs.hlo import attributes as attr
-from tpugraphs.hlo.ir import HloInstruction
-from tpugraphs.spec import NODE_FEAT_DIM
+from xla_costmodel.tpugraphs.hlo import attributes as attr
+from xla_costmodel.tpugraphs.hlo.ir import HloInstruction
+from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM
 
 ELEMENT_TYPES = (
     "invalid", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",

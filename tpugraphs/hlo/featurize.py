@@ -8,12 +8,12 @@ from typing import Literal
 
 import numpy as np
 
-from tpugraphs.arrays import F32, I64, U8, Graph, make_graph
-from tpugraphs.errors import GraphFormatError
-from tpugraphs.hlo.features import node_features
-from tpugraphs.hlo.order import NodeTable, node_table
-from tpugraphs.hlo.parser import parse_hlo
-from tpugraphs.spec import NODE_FEAT_DIM, OPCODE_IDS
+from xla_costmodel.tpugraphs.arrays import F32, I64, U8, Graph, make_graph
+from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.hlo.features import node_features
+from xla_costmodel.tpugraphs.hlo.order import NodeTable, node_table
+from xla_costmodel.tpugraphs.hlo.parser import parse_hlo
+from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM, OPCODE_IDS
 
 # The layout collection's configurable ops (what its node_config_ids select).
 DEFAULT_CONFIGURABLE_OPCODES = frozenset({"convolution", "dot", "reshape"})

@@ -1,14 +1,14 @@
 """The parsed form of an HLO module: computations of instructions, names unresolved.
 
 Only what the TpuGraphs features need is kept; attribute values stay raw text and are
-interpreted on demand by ``tpugraphs.hlo.attributes``.
+interpreted on demand by ``xla_costmodel.tpugraphs.hlo.attributes``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tpugraphs.hlo.shapes import Shape
+from xla_costmodel.tpugraphs.hlo.shapes import Shape
 
 
 @dataclass(slots=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NoReturn
 
-from tpugraphs.hlo import attributes as attr
-from tpugraphs.hlo.errors import HloParseError
-from tpugraphs.hlo.ir import HloComputation, HloInstruction, HloModule
+from xla_costmodel.tpugraphs.hlo import attributes as attr
+from xla_costmodel.tpugraphs.hlo.errors import HloParseError
+from xla_costmodel.tpugraphs.hlo.ir import HloComputation, HloInstruction, HloModule
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import re
 
-from tpugraphs.hlo.errors import HloParseError
-from tpugraphs.hlo.ir import HloComputation, HloInstruction, HloModule
-from tpugraphs.hlo.scan import (
+from xla_costmodel.tpugraphs.hlo.errors import HloParseError
+from xla_costmodel.tpugraphs.hlo.ir import HloComputation, HloInstruction, HloModule
+from xla_costmodel.tpugraphs.hlo.scan import (
     Statement,
     open_depth,
     split_items,
     strip_comments,
     value_end,
 )
-from tpugraphs.hlo.shapes import parse_shape
+from xla_costmodel.tpugraphs.hlo.shapes import parse_shape
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _MODULE = re.compile(r"\s*HloModule\s+%?([^\s,]+)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tpugraphs.hlo.errors import HloParseError
+from xla_costmodel.tpugraphs.hlo.errors import HloParseError
 
 _SYNTAX = re.compile(r'[{}()\[\],"]|/\*')
 # The rest of a string after its opening quote (unrolled so long strings scan fast).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tpugraphs.hlo.scan import Statement
+from xla_costmodel.tpugraphs.hlo.scan import Statement
 
 # Element type, dims, then an optional layout printed right after the dims.
 _ARRAY = re.compile(r"([A-Za-z][A-Za-z0-9_]*)\[([^\]\n]*)\](?:\{([^}\n]*)\})?")

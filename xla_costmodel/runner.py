@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from costmodel.manifest import ArtifactError, GraphSpec, Manifest, read_manifest
-from tpugraphs.arrays import Graph
+from xla_costmodel.manifest import ArtifactError, GraphSpec, Manifest, read_manifest
+from xla_costmodel.tpugraphs.arrays import Graph
 
 Embedding = dict[str, npt.NDArray[np.float32]]
 

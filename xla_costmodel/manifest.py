@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.errors import GraphFormatError
 
 MANIFEST_FORMAT: Final = "costmodel-artifact/1"
 MANIFEST_FILE = "manifest.json"

@@ -33,10 +33,10 @@ def export(
     from rich.console import Console
     from rich.table import Table
 
-    from service.settings import Settings
-    from service.store import MeasurementStore, StoreError
-    from service.store.engine import normalise_url, sqlite_path
-    from service.store.export import ExportedFile, export_dataset
+    from xla_costmodel.service.settings import Settings
+    from xla_costmodel.service.store import MeasurementStore, StoreError
+    from xla_costmodel.service.store.engine import normalise_url, sqlite_path
+    from xla_costmodel.service.store.export import ExportedFile, export_dataset
 
     console = Console(stderr=True)
     try:

@@ -1,1 +1,0 @@
-"""costmodel: shared artifact contract and the ``costmodel`` command line."""
