@@ -217,6 +217,7 @@ class FeedbackRecorder:
         try:
             return await db.run(lambda s: s.add_measurements(batch))
         except UnknownGraph:
+            self.ranker.archive.forget(batch.graph_id)
             raise GraphNotFound(
                 f"graph {batch.graph_id} is not in the measurement database (it was "
                 "ranked while the database was unavailable): send the graph inline "

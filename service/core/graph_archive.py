@@ -51,6 +51,11 @@ class GraphArchive:
     def kept(self, gid: str) -> bool:
         return gid in self._kept
 
+    def forget(self, gid: str) -> None:
+        """The database does not hold it after all (restored from a backup, say):
+        the next sight stores it again."""
+        self._kept.pop(gid, None)
+
     async def keep(self, gid: str, collection: str, graph: Graph) -> bool:
         """Store the graph unless this process already did; False if it could not."""
         if gid in self._kept:

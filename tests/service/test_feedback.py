@@ -501,3 +501,24 @@ async def test_replicas_on_postgresql_share_feedback_and_survive_its_restart(
     r = await second.post("/v1/rank", json=ask)
     want = len({c.tobytes() for c in unet.configs[fed]})
     assert r.json()["adapted"] == want
+
+
+async def test_a_graph_missing_from_the_database_is_stored_again_on_upload(
+    fb: httpx.AsyncClient, db_url: str, kernel: Sample
+) -> None:
+    """The process thinks it stored the graph, but the database lost it (restored
+    from an older backup): feedback by id is 404, and the client's re-upload stores it
+    again instead of being skipped as already kept."""
+    gid = await upload(fb, "tile", kernel)
+    engine = sa.create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.delete(graphs))
+    engine.dispose()
+    payload = {"model": "tile", "graph_id": gid, "runtimes_ns": [3, 4],
+               "configs": kernel.configs[:2].tolist()}  # fmt: skip
+    r = await fb.post("/v1/feedback", json=payload)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "graph_not_found"
+    await upload(fb, "tile", kernel)
+    r = await fb.post("/v1/feedback", json=payload)
+    assert r.status_code == 200, r.text
+    assert stored_graph_ids(db_url) == [gid]
