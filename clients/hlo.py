@@ -9,9 +9,10 @@ text is recognised as:
 - a path (``str`` or ``PathLike``) ending in ``.hlo.txt`` or ``.hlo``.
 
 ``configurable`` chooses the configurable nodes, which is part of the graph:
-``None`` for a tile model, ``"default"`` (every convolution, dot and reshape) or a
-list of instruction names for a layout model, and ``"auto"`` (the default) to let
-the configs of the call decide: tile configs -> ``None``, layout ones -> ``"default"``.
+``None`` for a model configured by one row (tile, xla_cpu), ``"default"`` (every
+convolution, dot and reshape) or a list of instruction names for a layout model, and
+``"auto"`` (the default) to let the configs of the call decide: one-row configs ->
+``None``, per-node (layout) ones -> ``"default"``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 from xla_costmodel.clients.errors import InvalidRequest
 from xla_costmodel.clients.raw_configs import config_collection
+from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.hlo import HloGraph, HloParseError, featurize_hlo
 
@@ -74,7 +76,8 @@ def resolve(hlo: Hlo, configs: Any) -> Hlo:
             "(or instruction names) for a layout model",
             field="configurable",
         )
-    return replace(hlo, configurable=None if collection == "tile" else "default")
+    per_node = get(collection).per_node
+    return replace(hlo, configurable="default" if per_node else None)
 
 
 def featurize(hlo: Hlo) -> HloGraph:

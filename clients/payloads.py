@@ -27,6 +27,7 @@ from xla_costmodel.clients.errors import InvalidRequest
 from xla_costmodel.clients.hlo import Hlo, as_hlo, featurize, resolve
 from xla_costmodel.clients.raw_configs import encode_raw, is_raw
 from xla_costmodel.tpugraphs.arrays import Graph, Sample, make_configs, make_graph
+from xla_costmodel.tpugraphs.collections import CollectionSpec, of_shape
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.graph_id import graph_id
 from xla_costmodel.tpugraphs.spec import Collection
@@ -47,7 +48,13 @@ class PreparedGraph:
 
     @property
     def collection(self) -> Collection:
+        """The first collection of the graph's shape (tile or layout): the configs
+        tell tile from xla_cpu (``configs_collection``)."""
         return self.graph.collection
+
+    def configs_collection(self, configs: npt.NDArray[Any]) -> CollectionSpec:
+        """The collection of validated ``configs`` for this graph, by their width."""
+        return of_shape(self.graph.node_config_ids is not None, configs.shape[-1])
 
     @cached_property
     def npz_bytes(self) -> bytes:
@@ -140,8 +147,9 @@ def _graph_from_keys(arrays: Mapping[str, Any]) -> Graph:
 
 
 def config_array(configs: Any, graph: PreparedGraph) -> npt.NDArray[np.float32]:
-    """Validate configs against the graph: [C,24] (tile) or [C,NC,18] (layout),
-    encoding raw configs first."""
+    """Validate configs against the graph, encoding raw configs first: [C,W] for a
+    graph without configurable nodes (W of any collection configured by one row:
+    the service checks the model's), [C,NC,18] for a layout graph."""
     if is_raw(configs):
         names, ranks = graph.node_names, graph.config_tensor_ranks
         configs = encode_raw(configs, graph.graph, names, ranks)
@@ -151,22 +159,20 @@ def config_array(configs: Any, graph: PreparedGraph) -> npt.NDArray[np.float32]:
         raise InvalidRequest(str(exc), field=exc.key) from None
 
 
-def config_key(graph: PreparedGraph) -> str:
-    return "config_feat" if graph.collection == "tile" else "node_config_feat"
-
-
 def configs_npz(
     configs: npt.NDArray[np.float32], graph: PreparedGraph, inline: bool = False
 ) -> bytes:
-    """The binary rank body, with the graph's arrays too when ``inline``. Layout
-    configs are small ints (mostly -1), so they go as int8 when they fit, a quarter
-    of the float32 bytes; tile configs as float32."""
+    """The binary rank body, with the graph's arrays too when ``inline``, the configs
+    under their collection's key. Where its configs are small ints (layout: mostly -1;
+    xla_cpu option codes), they go as int8 when they fit, a quarter of the float32
+    bytes; tile configs as float32."""
+    spec = graph.configs_collection(configs)
     wire: np.ndarray[Any, Any] = configs
-    if graph.collection == "layout":
+    if spec.small_int_configs:
         small = _as_int8(configs)
         wire = configs if small is None else small
     arrays = graph.arrays if inline else {}
-    arrays[config_key(graph)] = wire
+    arrays[spec.config_key] = wire
     return savez_bytes(arrays)
 
 

@@ -8,7 +8,7 @@ feedback, and compare with the truth. Definitions (also written into the report)
   perfect): the official TpuGraphs top-K slowdown, as ``costmodel evaluate`` and the
   feedback gauges report it (``xla_costmodel.tpugraphs.metrics``).
 - ``speedup_vs_default`` = runtime of the default config / best runtime found (> 1
-  beats the default). Tile: the default is the config whose runtime equals its
+  beats the default). Tile and xla_cpu: the default is the config whose runtime equals its
   ``config_runtime_normalizers`` entry (the normaliser *is* the default config's
   runtime). Layout: null, because layout npz files do not mark the default config.
 - ``random_slowdown`` = E[best runtime of K configs drawn uniformly without
@@ -39,8 +39,6 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import numpy as np
-
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import EndpointNotFound, InvalidRequest
 from xla_costmodel.clients.payloads import PreparedGraph, prepare_graph
@@ -55,8 +53,8 @@ log = logging.getLogger(__name__)
 
 DEFINITIONS = {
     "slowdown": "best measured runtime / true best runtime - 1 (0 is perfect)",
-    "speedup_vs_default": "default config runtime / best measured runtime; tile default = "
-    "config whose runtime equals config_runtime_normalizers; null for layout "
+    "speedup_vs_default": "default config runtime / best measured runtime; tile and "
+    "xla_cpu default = config whose runtime equals config_runtime_normalizers; null for layout "
     "(the npz does not mark the default config)",
     "random_slowdown": "exact expected best runtime of a uniformly random K-subset "
     "(order statistics) / true best runtime - 1",
@@ -105,11 +103,9 @@ class Budget:
 
 
 def default_config(sample: Sample) -> int | None:
-    """Index of the tile default config (runtime == its normaliser), else None."""
-    if sample.normalizers is None:
-        return None
-    hits = np.flatnonzero(sample.runtimes == sample.normalizers)
-    return int(hits[0]) if hits.size else None
+    """Index of the default config as the collection finds it (tile, xla_cpu: the
+    first whose runtime is its normaliser), else None."""
+    return sample.spec.default_index(sample.runtimes, sample.normalizers)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ database (none of them sends feedback, so they cannot help or hurt the live loop
   measurements (seeded, so a replay is repeatable).
 
 After each round the slowdown of every strategy is its best measured runtime / the
-true best - 1; for layout also Kendall tau on the configs not measured yet (of the
-live loop's ranking, the prior's, and the per-graph fit's).
+true best - 1; where the collection reports Kendall tau (layout, xla_cpu) also tau on
+the configs not measured yet (of the live loop's ranking, the prior's, and the
+per-graph fit's).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class RoundScore:
     model_slowdown: float
     random_slowdown: float
     per_graph_slowdown: float
-    kendall_tau_unmeasured: dict[str, float | None] | None  # layout only
+    kendall_tau_unmeasured: dict[str, float | None] | None  # collections with tau
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def run_rounds(
         mine += _per_graph_picks(fitted, mine, budget, n, rng)
         k = len(live)
         tau = None
-        if sample.collection == "layout":
+        if sample.spec.metrics.kendall:
             tau = _taus(sample, remaining, last, prior_scores, fitted)
         out.append(
             RoundScore(

@@ -25,14 +25,16 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from xla_costmodel.tpugraphs.spec import COLLECTION_NAMES, Collection
+
 if TYPE_CHECKING:
     from xla_costmodel.models.finetune import InitArtifact
     from xla_costmodel.models.network import ModelConfig
 
 
-class CollectionName(StrEnum):
-    tile = "tile"
-    layout = "layout"
+# The choices of --collection: every declared collection (spec.Collection, which the
+# registry in tpugraphs/collections.py declares exactly; numpy-free, so cheap here).
+CollectionName = StrEnum("CollectionName", [(n, n) for n in COLLECTION_NAMES])  # type: ignore[misc]
 
 
 OUT_HELP = "Artifact directory to write (its name is the version if numeric, else 1)."
@@ -76,8 +78,8 @@ def train(
     patience: Annotated[int, typer.Option(help="Epochs without improvement.")] = 8,
     init: Annotated[Path | None, typer.Option(help=INIT_HELP)] = None,
 ) -> None:
-    """Train a tile or layout cost model on CPU (from scratch, or fine-tuning --init),
-    then export it to --out."""
+    """Train a cost model of one collection (tile, layout, xla_cpu) on CPU (from
+    scratch, or fine-tuning --init), then export it to --out."""
     from rich.console import Console
 
     from xla_costmodel.models.checkpoint import save_checkpoint
@@ -90,8 +92,9 @@ def train(
     from xla_costmodel.models.export import export_artifact
     from xla_costmodel.models.finetune import InitError, check_out, finetune
     from xla_costmodel.models.train import TrainConfig, fit
+    from xla_costmodel.tpugraphs.collections import get
 
-    name = collection.value
+    name = get(collection.value).name
     console = Console(stderr=True)
     try:
         model, start = _architecture(name, init, hidden=hidden, layers=layers)
@@ -110,7 +113,7 @@ def train(
             )
     else:
         train_files, valid_files = holdout_split(train_files)
-    cfg = TrainConfig(name, epochs=epochs, seed=seed, lr=lr, batch_configs=batch_configs,  # type: ignore[arg-type]
+    cfg = TrainConfig(name, epochs=epochs, seed=seed, lr=lr, batch_configs=batch_configs,
                       patience=patience, model=model)  # fmt: skip
     console.print(
         f"{name}: {len(train_files)} training files, {len(valid_files)} validation"
@@ -131,7 +134,7 @@ def train(
 
 
 def _architecture(
-    name: str, init: Path | None, **given: int | None
+    name: Collection, init: Path | None, **given: int | None
 ) -> tuple[ModelConfig, InitArtifact | None]:
     """The network to train and, with --init, the artifact it starts from (whose
     architecture wins; an architecture flag given explicitly must agree with it)."""
@@ -140,7 +143,7 @@ def _architecture(
 
     if init is None:
         chosen = {k: v for k, v in given.items() if v is not None}
-        return ModelConfig(name, **chosen), None  # type: ignore[arg-type]
+        return ModelConfig(name, **chosen), None
     start = load_init(init, name)
     return architecture(start, **given), start
 

@@ -9,7 +9,8 @@ feed the statistics) for a fixed number of epochs, with no validation set and so
 early stopping, and scores its held-out graphs.
 
 Rows follow ``xla_costmodel.models.evaluate``: the file's raw configs (no de-duplication), the model's
-metrics, the exact random baseline and, for tile, the compiler default. Scores come from
+metrics, the exact random baseline and, where the files mark it (tile, xla_cpu), the
+compiler default. Scores come from
 PyTorch (``score_all``); the exported ONNX graphs match them to ~1e-4.
 """
 
@@ -26,13 +27,8 @@ from rich.console import Console
 
 from xla_costmodel.models.data import name_hash
 from xla_costmodel.models.train import TrainConfig, fit, score_all
-from xla_costmodel.tpugraphs.metrics import (
-    default_baseline_tile,
-    mean_metrics,
-    metric_keys,
-    metrics_for,
-    random_baseline,
-)
+from xla_costmodel.tpugraphs.collections import get
+from xla_costmodel.tpugraphs.metrics import mean_metrics
 from xla_costmodel.tpugraphs.reader import file_graph, load_npz
 
 Fold = tuple[list[Path], list[Path]]
@@ -72,17 +68,17 @@ def kernel_folds(
 def score_row(model: Any, path: Path) -> dict[str, Any]:
     """One held-out graph: model metrics and baselines on the file's raw configs."""
     sample = load_npz(path)
-    collection = model.cfg.collection
+    spec = get(model.cfg.collection)
     targets = sample.targets()
     scores = score_all(model, sample.graph, sample.configs)
     row: dict[str, Any] = {
         "graph": path.stem,
         "num_configs": sample.num_configs,
-        **metrics_for(collection, scores, targets),
-        "random": random_baseline(collection, targets),
+        **spec.metrics(scores, targets),
+        "random": spec.metrics.random_baseline(targets),
     }
-    if collection == "tile":
-        row["default"] = default_baseline_tile(targets, 1.0)
+    if spec.default_is_normalizer:
+        row["default"] = spec.default_baseline(targets)
     return row
 
 
@@ -104,9 +100,10 @@ def cross_validate(
         result = fit(train, [], replace(cfg), log_dir / f"fold{i}", console)
         rows.update((path, score_row(result.model, path)) for path in test)
     ordered = [rows[p] for p in files if p in rows]
-    keys = metric_keys(cfg.collection)
+    spec = get(cfg.collection)
+    keys = spec.metrics.keys
     baselines = {"random": mean_metrics([r["random"] for r in ordered], keys)}
-    if cfg.collection == "tile":
+    if spec.default_is_normalizer:
         baselines["default"] = mean_metrics([r["default"] for r in ordered], keys)
     return {
         "method": "leave-one-kernel-out"
@@ -141,7 +138,7 @@ def format_rows(report: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    """``python -m xla_costmodel.models.crossval tile PATH...``: leave-one-kernel-out, default config."""
+    """``python -m xla_costmodel.models.crossval COLLECTION PATH...``: leave-one-kernel-out, default config."""
     from xla_costmodel.models.data import collection_files, iter_examples
     from xla_costmodel.models.network import ModelConfig
 

@@ -3,15 +3,17 @@
 * **De-duplication.** Identical config rows are merged; the merged runtime is the
   **mean** of the repeats (repeats are measurement noise around one true runtime, and
   the mean is its least noisy estimate).
-* **Targets.** Tile: runtime / config_runtime_normalizers (relative to the kernel's
-  default tile config); layout: raw ns (only the order within a graph matters).
+* **Targets.** Where the collection has normalisers (tile, xla_cpu): runtime /
+  config_runtime_normalizers (relative to the default config); layout: raw ns (only
+  the order within a graph matters).
 * **Ranking.** Graphs with fewer than 2 distinct configs carry no pair to rank and are
   dropped from training (``Example.rankable``).
-* **Statistics** come from the training partition only: node features and tile configs
-  are compared after a log (``feature_log``: ``sign(x) * log1p(|x|)`` for the node
-  columns that may be negative, ``log1p(max(x, 0))`` for the rest), layout configs (small
-  dimension indices) raw. Columns constant over training get std 0, which the network
-  masks.
+* **Statistics** come from the training partition only: node features, and the configs
+  of a collection that declares ``config_log`` (tile sizes), are compared after a log
+  (``feature_log``: ``sign(x) * log1p(|x|)`` for the node columns that may be negative,
+  ``log1p(max(x, 0))`` for the rest), other configs (layout's small dimension indices,
+  xla_cpu's option codes) raw. Columns constant over training get std 0, which the
+  network masks.
 * **Streaming.** Files are read one at a time; ``ExampleStore`` keeps examples in
   memory up to a byte budget and re-reads the files each epoch beyond it.
 * **Default hold-out.** Without ``--valid`` files, ``holdout_split`` groups the files by
@@ -33,13 +35,14 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.tpugraphs.arrays import Graph, Sample
+from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.reader import (
     expand_paths,
     file_collection,
     file_graph,
     iter_samples,
 )
-from xla_costmodel.tpugraphs.spec import Collection
+from xla_costmodel.tpugraphs.spec import COLLECTION_NAMES, Collection
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -51,7 +54,7 @@ class Example:
 
     name: str
     graph: Graph
-    configs: F32  # [K,24] or [K,NC,18], distinct rows
+    configs: F32  # [K,W] or [K,NC,W], distinct rows
     targets: F64  # [K]
     raw_configs: int  # configs in the file, before de-duplication
 
@@ -224,6 +227,7 @@ def feature_log(x: npt.NDArray[np.floating], signed: Sequence[int] = ()) -> F64:
 
 
 def feature_stats(examples: Iterable[Example], collection: Collection) -> FeatureStats:
+    log_configs = get(collection).config_log
     first = True
     node = _Moments(0)
     config = _Moments(0)
@@ -236,9 +240,7 @@ def feature_stats(examples: Iterable[Example], collection: Collection) -> Featur
         graphs += 1
         node.add(feature_log(ex.graph.node_feat, SIGNED_NODE_COLUMNS))
         rows = ex.configs.reshape(-1, ex.configs.shape[-1])
-        config.add(
-            feature_log(rows) if collection == "tile" else rows.astype(np.float64)
-        )
+        config.add(feature_log(rows) if log_configs else rows.astype(np.float64))
     if first:
         raise ValueError(
             "no labelled training graphs: cannot compute feature statistics"
@@ -291,7 +293,7 @@ def without_graphs_of(
 
 
 def collection_files(paths: Iterable[str | Path], collection: Collection) -> list[Path]:
-    """The npz files of one collection under files/dirs (a dataset tree holds both)."""
+    """The npz files of one collection under files/dirs (a dataset tree holds several)."""
     return [p for p in expand_paths(paths) if file_collection(p) == collection]
 
 
@@ -299,8 +301,7 @@ def main() -> None:
     """Summarise what training would see in some files: ``python -m xla_costmodel.models.data PATH...``."""
     import sys
 
-    collections: tuple[Collection, ...] = ("tile", "layout")
-    for collection in collections:
+    for collection in COLLECTION_NAMES:
         for ex in iter_examples(sys.argv[1:], collection):
             print(f"{collection} {ex.name}: {ex.graph.num_nodes} nodes, "
                   f"{ex.raw_configs} configs, {ex.configs.shape[0]} distinct, "

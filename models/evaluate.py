@@ -2,7 +2,8 @@
 
 Every labelled file of the artifact's collection is scored through
 ``xla_costmodel.runner.ArtifactRunner`` on its raw configs (no de-duplication: repeats are
-part of the official evaluation). Layout graphs listed in the official eval_indices
+part of the official evaluation). Graphs of a collection with official eval indices
+(layout) listed in the eval_indices
 JSON (``<root>/eval_indices/{xla|nlp}_{default|random}.json``, found next to the ``npz``
 folder of the file, else in ``../shared/tpugraphs``) are scored on those 1,000 configs;
 other graphs on all configs. Unlabelled (test) files are skipped with a note.
@@ -23,30 +24,25 @@ import numpy as np
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.tpugraphs.arrays import Sample
-from xla_costmodel.tpugraphs.metrics import (
-    default_baseline_layout,
-    default_baseline_tile,
-    mean_metrics,
-    metric_keys,
-    metrics_for,
-    random_baseline,
-)
+from xla_costmodel.tpugraphs.collections import LAYOUT, get
+from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys
 from xla_costmodel.tpugraphs.reader import expand_paths, load_npz
 
 DEFAULT_SHARED = Path(__file__).resolve().parents[2] / "shared" / "tpugraphs"
 LAYOUT_CELLS = 2_000_000  # configs x configurable nodes scored per scorer call
 
 
-def eval_indices_for(path: Path) -> list[int] | None:
-    """Official eval config indices for ``.../layout/<source>/<search>/<split>/<g>.npz``."""
+def eval_indices_for(path: Path, collection: str = LAYOUT.name) -> list[int] | None:
+    """Official eval config indices for ``.../layout/<source>/<search>/<split>/<g>.npz``
+    (the dataset's folder of the collection is named after it)."""
     parts = path.resolve().parts
     # The "layout" right after the last "npz" (else the last "layout"): a folder named
     # layout higher up the path (e.g. a checkout under ~/layout) is not the collection.
     npz = [j for j, part in enumerate(parts) if part == "npz"]
-    if npz and npz[-1] + 1 < len(parts) and parts[npz[-1] + 1] == "layout":
+    if npz and npz[-1] + 1 < len(parts) and parts[npz[-1] + 1] == collection:
         i = npz[-1] + 1
-    elif "layout" in parts:
-        i = len(parts) - 1 - parts[::-1].index("layout")
+    elif collection in parts:
+        i = len(parts) - 1 - parts[::-1].index(collection)
     else:
         return None
     if i + 2 >= len(parts):
@@ -71,7 +67,7 @@ def score_sample(
     runner: ArtifactRunner, sample: Sample, configs: np.ndarray
 ) -> np.ndarray:
     embedding = runner.encode(sample.graph)
-    per_config = max(1, int(np.prod(configs.shape[1:-1])))  # NC for layout, 1 for tile
+    per_config = max(1, int(np.prod(configs.shape[1:-1])))  # NC per node, else 1
     chunk = max(1, LAYOUT_CELLS // per_config)
     parts = [
         runner.score(embedding, configs[i : i + chunk])
@@ -83,8 +79,8 @@ def score_sample(
 def evaluate_sample(
     runner: ArtifactRunner, sample: Sample, path: Path
 ) -> dict[str, Any]:
-    collection = runner.collection
-    indices = eval_indices_for(path) if collection == "layout" else None
+    spec = get(runner.collection)
+    indices = eval_indices_for(path, spec.name) if spec.eval_indices else None
     if indices is not None and max(indices) >= sample.num_configs:
         indices = None  # a different config set than the one the indices were made for
     pick = np.arange(sample.num_configs) if indices is None else np.asarray(indices)
@@ -95,14 +91,12 @@ def evaluate_sample(
         "file": str(path),
         "num_configs": int(pick.size),
         "config_set": "all" if indices is None else "eval_indices",
-        **metrics_for(collection, scores, targets),
-        "random": random_baseline(collection, targets),
+        **spec.metrics(scores, targets),
+        "random": spec.metrics.random_baseline(targets),
     }
-    if collection == "tile":
+    if spec.default_is_normalizer:
         assert sample.normalizers is not None
-        row["default"] = default_baseline_tile(
-            targets, 1.0
-        )  # targets are runtime/default
+        row["default"] = spec.default_baseline(targets)  # targets: runtime / default
     return row
 
 
@@ -123,11 +117,12 @@ def evaluate_artifact(
             note(f"skipped {path}: unlabelled (test file)")
             continue
         rows.append(evaluate_sample(runner, sample, path))
-    keys = metric_keys(collection)
+    spec = get(collection)
+    keys = spec.metrics.keys
     default: dict[str, Any] = (
         mean_metrics([r["default"] for r in rows], keys)
-        if collection == "tile"
-        else default_baseline_layout()
+        if spec.default_is_normalizer
+        else spec.no_default_baseline()
     )
     return _nan_to_none(
         {

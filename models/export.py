@@ -23,7 +23,6 @@ import torch
 from torch.export import Dim
 
 from xla_costmodel.manifest import (
-    CONFIG_INPUT,
     TPU_TARGET,
     GraphSpec,
     Manifest,
@@ -108,13 +107,13 @@ def export_onnx(model: CostModel, out_dir: Path) -> tuple[GraphSpec, GraphSpec]:
     """Write encoder.onnx and scorer.onnx; return their manifest specs."""
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
-    collection = model.cfg.collection
+    collection = model.cfg.spec
     specs = tensor_specs(model)
     enc_in = ["node_feat", "node_opcode", "edge_index"]
-    if collection == "layout":
+    if collection.per_node:
         enc_in.append("node_config_ids")
-    enc_out = embedding_names(collection)
-    sc_in = [*enc_out, CONFIG_INPUT[collection]]
+    enc_out = embedding_names(collection.name)
+    sc_in = [*enc_out, collection.config_input]
     inputs, shapes = _example_inputs(model)
     _export(model.encoder, enc_in, enc_out, inputs, shapes, out_dir / ENCODER_FILE)
     _export(model.scorer, sc_in, ["scores"], inputs, shapes, out_dir / SCORER_FILE)
@@ -130,7 +129,7 @@ def feature_dims(model: CostModel) -> dict[str, int]:
     cfg = model.cfg
     dims = {"node_feat": NODE_FEAT_DIM, "num_opcodes": NUM_OPCODES, "config": cfg.config_dim,
             "embedding": cfg.embed}  # fmt: skip
-    if cfg.collection == "layout":
+    if cfg.spec.per_node:
         dims["context"] = cfg.scorer_hidden
     return dims
 

@@ -44,7 +44,7 @@ from xla_costmodel.models.checkpoint import CHECKPOINT, load_checkpoint, save_ch
 from xla_costmodel.models.export import export_artifact
 from xla_costmodel.models.network import CostModel, ModelConfig
 from xla_costmodel.models.onnx_weights import Unrecoverable, restore
-from xla_costmodel.models.synthetic import make_layout_arrays, make_tile_arrays
+from xla_costmodel.models.synthetic import make_arrays
 from xla_costmodel.models.train import TrainConfig, fit, graph_tensors
 from xla_costmodel.runner import ArtifactRunner, Embedding
 from xla_costmodel.tpugraphs.arrays import Graph, make_graph
@@ -230,14 +230,16 @@ class _Probe:
     @classmethod
     def of(cls, runner: ArtifactRunner) -> _Probe:
         rng = np.random.default_rng(0)
-        if runner.collection == "tile":
-            arrays = make_tile_arrays(num_nodes=40, num_configs=32, seed=0)
-            configs = _floats(arrays, "config_feat")
-            configs += rng.uniform(0, 4, configs.shape)
-        else:
-            arrays = make_layout_arrays(num_nodes=40, num_configs=16, seed=0)
-            configs = _floats(arrays, "node_config_feat")
+        spec = runner.spec
+        # Per-node configs are [C,NC,18] each: fewer of them; their values are
+        # dims and -1 (normal noise), one-row configs sizes or codes (positive).
+        size = 16 if spec.per_node else 32
+        arrays = make_arrays(spec.name, num_nodes=40, num_configs=size, seed=0)
+        configs = _floats(arrays, spec.config_key)
+        if spec.per_node:
             configs += rng.normal(0, 1, configs.shape)
+        else:
+            configs += rng.uniform(0, 4, configs.shape)
         # Noise on every feature, negative ones too: every column and code path counts.
         feat = _floats(arrays, "node_feat")
         feat += rng.normal(0, 3, feat.shape)

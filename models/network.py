@@ -21,32 +21,32 @@ Edges: row ``[u, v]`` means u consumes v. Messages flow both ways: operands → 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 from xla_costmodel.models.data import SIGNED_NODE_COLUMNS
-from xla_costmodel.tpugraphs.spec import (
-    LAYOUT_CONFIG_DIM,
-    NODE_FEAT_DIM,
-    NUM_OPCODES,
-    TILE_CONFIG_DIM,
-)
+from xla_costmodel.tpugraphs.collections import CollectionSpec, get
+from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM, NUM_OPCODES, Collection
 
 
 @dataclass
 class ModelConfig:
-    collection: Literal["tile", "layout"]
+    collection: Collection
     hidden: int = 64  # node state width
     layers: int = 3  # message-passing rounds
     embed: int = 64  # graph_embedding width (D)
     scorer_hidden: int = 32  # per-config width; also node_context width (H)
 
     @property
+    def spec(self) -> CollectionSpec:
+        return get(self.collection)
+
+    @property
     def config_dim(self) -> int:
-        return TILE_CONFIG_DIM if self.collection == "tile" else LAYOUT_CONFIG_DIM
+        return self.spec.width
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -252,16 +252,18 @@ class LayoutEncoder(nn.Module):
 
 
 class TileScorer(nn.Module):
-    """Config MLP modulated (FiLM) by the graph: the graph decides which tile sizes matter.
+    """Config MLP modulated (FiLM) by the graph: the graph decides which config values
+    matter. Scores one row per config (tile, xla_cpu).
 
-    Tile configs are sizes (never negative), so their log is ``log1p(max(x, 0))``: a
-    negative value, which no valid config holds, is read as 0.
+    Tile configs are sizes (never negative, ``config_log``), so their log is
+    ``log1p(max(x, 0))``: a negative value, which no valid config holds, is read as 0.
+    Collections without ``config_log`` (xla_cpu's option codes) are read raw.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        s = cfg.scorer_hidden
-        self.config_in = NormLinear(TILE_CONFIG_DIM, s, log=True, select=True)
+        s, log = cfg.scorer_hidden, cfg.spec.config_log
+        self.config_in = NormLinear(cfg.config_dim, s, log=log, select=log)
         self.film = nn.Linear(cfg.embed, 2 * s)
         self.hidden = nn.Linear(s, s)
         self.out = nn.Linear(s, 1)
@@ -281,7 +283,7 @@ class LayoutScorer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         s = cfg.scorer_hidden
-        self.config_in = NormLinear(LAYOUT_CONFIG_DIM, s, log=False)
+        self.config_in = NormLinear(cfg.config_dim, s, log=False)
         self.node_layer = nn.Linear(s, s)
         self.graph_in = nn.Linear(cfg.embed, s)
         self.head = nn.Linear(s, s)
@@ -303,18 +305,20 @@ class LayoutScorer(nn.Module):
 
 
 class CostModel(nn.Module):
-    """Encoder + scorer of one collection; ``score`` is what training optimises."""
+    """Encoder + scorer of one collection; ``score`` is what training optimises. A
+    ``per_node`` collection (layout) gets the per-node pair, the others the per-graph
+    one (tile, xla_cpu)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        tile = cfg.collection == "tile"
-        self.encoder: nn.Module = TileEncoder(cfg) if tile else LayoutEncoder(cfg)
-        self.scorer: nn.Module = TileScorer(cfg) if tile else LayoutScorer(cfg)
+        per_node = cfg.spec.per_node
+        self.encoder: nn.Module = LayoutEncoder(cfg) if per_node else TileEncoder(cfg)
+        self.scorer: nn.Module = LayoutScorer(cfg) if per_node else TileScorer(cfg)
 
     def encode(self, graph: dict[str, Tensor]) -> tuple[Tensor, ...]:
         args = [graph["node_feat"], graph["node_opcode"], graph["edge_index"]]
-        if self.cfg.collection == "layout":
+        if self.cfg.spec.per_node:
             return tuple(self.encoder(*args, graph["node_config_ids"]))
         return (self.encoder(*args),)
 
@@ -328,8 +332,7 @@ class CostModel(nn.Module):
 
 
 def embedding_names(collection: str) -> list[str]:
-    return (
-        ["graph_embedding"]
-        if collection == "tile"
-        else ["graph_embedding", "node_context"]
-    )
+    """The encoder's outputs: a graph embedding, and a per-node context (per_node)."""
+    if get(collection).per_node:
+        return ["graph_embedding", "node_context"]
+    return ["graph_embedding"]

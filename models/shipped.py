@@ -199,7 +199,7 @@ def run(
         )
         method = manifest.metrics["validation"]["method"]
         tables.append(f"{name} ({method})\n" + format_table(manifest.metrics))
-        if name == "tile":
+        if "folds" in manifest.metrics["validation"]:  # cross-validated: per graph
             tables.append(format_rows(manifest.metrics))
     print("\n\n".join(tables))
 

@@ -15,6 +15,10 @@ features and graph features, times ``exp(noise * N(0,1))``.
 * layout: each configurable node prefers its default most-minor dim (node feature 134);
   a config pays, per node and weighted by the node's log element count,
   ``|output_layout[0] - preferred|`` (1.5 when the compiler chooses, -1).
+* xla_cpu: configs are ``xla_cpu.sample`` rows (distinct, config 0 the default, whose
+  runtime is the normaliser, as the collector writes them); each program prefers one
+  option set, drawn with its seed, and runtime grows with the share of option bits a
+  config sets otherwise. ``config_spec`` names the encoding.
 
 With ``signal=False`` runtimes are random. ``make_*_arrays`` return arrays in memory
 (benchmarks use them); ``write_npz``/``write_tree`` write files.
@@ -22,10 +26,15 @@ With ``signal=False`` runtimes are random. ``make_*_arrays`` return arrays in me
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs.collections import get
+from xla_costmodel.tpugraphs.spec import CONFIG_SPEC_KEY
 
 Arrays = dict[str, npt.NDArray[np.generic]]
 # Opcode ids from the official table (FORMAT.md): common ops, and the configurable ones.
@@ -142,6 +151,39 @@ def make_layout_arrays(
             "config_runtime": runtime, "node_splits": splits}  # fmt: skip
 
 
+def make_xla_cpu_arrays(
+    num_nodes: int = 30, num_configs: int = 100, seed: int = 0,
+    signal: bool = True, noise: float = 0.01,
+) -> Arrays:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    graph, _ = _graph(rng, num_nodes)
+    config = xla_cpu.sample(num_configs, seed)  # distinct rows, row 0 the default
+    if signal:
+        preferred = xla_cpu.sample(2, int(rng.integers(2**31)))[1]
+        cost = 1.0 + 0.5 * (config != preferred).mean(1)
+    else:
+        cost = rng.uniform(1.0, 3.0, num_configs)
+    base = 1e4 * (1 + np.log2(graph["node_feat"][:, 28].sum()))
+    runtime = _runtimes(cost, base, noise, rng)
+    return {**graph, "config_feat": config, "config_runtime": runtime,
+            "config_runtime_normalizers": np.full(num_configs, runtime[0], np.int64),
+            CONFIG_SPEC_KEY: np.array(xla_cpu.SPEC)}  # fmt: skip
+
+
+# Per collection: its array maker and its folder under ``npz/`` (the dataset's layout).
+MAKERS: dict[str, tuple[Callable[..., Arrays], str]] = {
+    "tile": (make_tile_arrays, "tile/xla"),
+    "layout": (make_layout_arrays, "layout/xla/default"),
+    "xla_cpu": (make_xla_cpu_arrays, "xla_cpu"),
+}
+
+
+def make_arrays(collection: str, **kwargs: object) -> Arrays:
+    """A synthetic file's arrays for ``collection`` (its maker's keyword arguments)."""
+    make, _ = MAKERS[get(collection).name]
+    return make(**kwargs)
+
+
 def write_npz(path: Path, arrays: Arrays) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, **arrays)  # keyword order = key order in the file
@@ -156,12 +198,12 @@ def write_tree(
     seed: int = 0,
     **kwargs: object,
 ) -> list[Path]:
-    """``num_graphs`` files under ``root/npz/{tile/xla|layout/xla/default}/<split>/``."""
-    sub = "tile/xla" if collection == "tile" else "layout/xla/default"
-    make = make_tile_arrays if collection == "tile" else make_layout_arrays
+    """``num_graphs`` files under ``root/npz/<folder>/<split>/``, the collection's
+    folder in ``MAKERS`` (``tile/xla``, ``layout/xla/default``, ``xla_cpu``)."""
+    make, sub = MAKERS[get(collection).name]
     out = []
     for i in range(num_graphs):
-        arrays = make(seed=seed * 100_003 + i, **kwargs)  # type: ignore[arg-type]
+        arrays = make(seed=seed * 100_003 + i, **kwargs)
         out.append(
             write_npz(
                 root / "npz" / sub / split / f"synthetic_{split}_{i:04d}.npz", arrays
@@ -171,11 +213,12 @@ def write_tree(
 
 
 def main() -> None:
-    """``python -m xla_costmodel.models.synthetic OUT_ROOT``: a small tile + layout train/valid tree."""
+    """``python -m xla_costmodel.models.synthetic OUT_ROOT``: a small train/valid tree
+    of every collection."""
     import sys
 
     root = Path(sys.argv[1])
-    for collection in ("tile", "layout"):
+    for collection in MAKERS:
         for split, n in (("train", 16), ("valid", 4)):
             seed = 0 if split == "train" else 1
             print(

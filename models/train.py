@@ -7,8 +7,9 @@ get a few steps per epoch. After every
 epoch the validation graphs are scored (PyTorch, on their distinct configs capped at
 ``max_configs`` per graph: a seeded subset that keeps the fastest, as in training) and
 the epoch's line (loss + validation metrics) goes to the console and to
-``train_log.jsonl``; the best epoch (tile: mean of the top-1/5/10 slowdowns, lower is
-better; layout: Kendall tau, higher is better) is kept, and training stops after
+``train_log.jsonl``; the best epoch (by the collection's ``selection_score``: tile and
+xla_cpu the mean of the top-1/5/10 slowdowns, lower is better; layout Kendall tau,
+higher is better) is kept, and training stops after
 ``patience`` epochs without improvement. With no validation files, no rankable
 validation graph (a warning), or ``early_stopping=False``, it runs every epoch and keeps
 the last.
@@ -47,6 +48,7 @@ from rich.progress import (
 from xla_costmodel.models.data import Example, ExampleStore, FeatureStats, feature_stats
 from xla_costmodel.models.network import CostModel, ModelConfig
 from xla_costmodel.tpugraphs.arrays import Graph
+from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
 from xla_costmodel.tpugraphs.spec import Collection
 
@@ -62,8 +64,9 @@ class TrainConfig:
     weight_decay: float = 1e-5
     batch_configs: int = 64  # configs per step (all pairs among them are ranked)
     max_steps_per_graph: int = 4  # per epoch, for graphs with many configs
-    # Per graph, after de-duplication; bounds memory. None: 20,000 (tile) or 2,000
-    # (layout, whose configs are [NC,18] each: up to ~1,000 nodes on nlp graphs).
+    # Per graph, after de-duplication; bounds memory. None: 20,000 (one row per
+    # config), or 2,000 for per-node configs (layout's are [NC,18] each: up to ~1,000
+    # nodes on nlp graphs).
     max_configs: int | None = None
     margin: float = 0.1
     loss: str = "hinge"  # "hinge" (pairwise, margin) or "listmle" (listwise)
@@ -78,7 +81,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.max_configs is None:
-            self.max_configs = 20_000 if self.collection == "tile" else 2_000
+            self.max_configs = 2_000 if get(self.collection).per_node else 20_000
 
 
 @dataclass
@@ -156,11 +159,7 @@ def validate(model: CostModel, examples: Iterable[Example]) -> dict[str, float |
 
 def selection_score(collection: str, metrics: dict[str, float | None]) -> float:
     """Higher is better; NaN-free so early stopping can compare epochs."""
-    if collection == "layout":
-        tau = metrics.get("kendall_tau")
-        return -math.inf if tau is None else tau
-    values = [v for k, v in metrics.items() if v is not None]
-    return -float(np.mean(values)) if values else -math.inf
+    return get(collection).selection_score(metrics)
 
 
 def install_stats(model: CostModel, stats: FeatureStats) -> None:
@@ -358,7 +357,7 @@ def _progress(console: Console) -> Progress:
 
 
 def main() -> None:
-    """``python -m xla_costmodel.models.train tile|layout OUT_DIR PATH...`` (holds out validation files)."""
+    """``python -m xla_costmodel.models.train COLLECTION OUT_DIR PATH...`` (holds out validation files)."""
     from xla_costmodel.models.checkpoint import save_checkpoint
     from xla_costmodel.models.data import collection_files, holdout_split
     from xla_costmodel.models.export import export_artifact

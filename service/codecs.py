@@ -33,13 +33,18 @@ from xla_costmodel.service.schemas import (
     GraphIn,
     RankIn,
 )
+from xla_costmodel.tpugraphs.collections import COLLECTIONS, config_keys
 from xla_costmodel.tpugraphs.npz import NpzError, NpzTooLarge, read_npz
 
 JSON_MEDIA_TYPE = "application/json"
-CONFIG_KEYS = ("config_feat", "node_config_feat")
-# Keys of TpuGraphs files that the service does not need (labels, splits): ignored.
+CONFIG_KEYS = config_keys()  # config_feat, node_config_feat
+# Keys of TpuGraphs files that the service does not need (labels, splits, the config
+# spec): ignored, so a file uploads as it is.
 IGNORED_KEYS = frozenset(
-    {"node_splits", "config_runtime", "config_runtime_normalizers"}
+    key
+    for c in COLLECTIONS.values()
+    for key in c.file_keys
+    if key not in GRAPH_KEYS and key not in CONFIG_KEYS
 )
 
 
@@ -245,7 +250,7 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     present = [k for k in CONFIG_KEYS if k in arrays]
     if len(present) != 1:
         raise InvalidRequest(
-            "give exactly one of config_feat or node_config_feat", "config_feat"
+            f"give exactly one of {' or '.join(CONFIG_KEYS)}", CONFIG_KEYS[0]
         )
     raw = _npz_raw_graph(arrays)
     graph = raw if raw.arrays else None

@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.config import JsonDict
 
+from xla_costmodel.tpugraphs.collections import COLLECTIONS
+from xla_costmodel.tpugraphs.spec import Collection
+
 HEX64 = r"^[0-9a-f]{64}$"
 VERSION = r"^[0-9]+$"
 TARGET = (
@@ -51,9 +54,16 @@ def _rows(width: int, kind: str = "number") -> dict[str, Any]:
     return {"type": "array", "items": row}
 
 
+def _configs(per_node: bool, width: int) -> dict[str, Any]:
+    return {"type": "array", "items": _rows(width)} if per_node else _rows(width)
+
+
 _OPCODES = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 120}}
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
-_CONFIGS = {"oneOf": [_rows(24), {"type": "array", "items": _rows(18)}]}
+# Every collection's config batch (one schema per distinct shape).
+_CONFIG_SHAPES = {(c.per_node, c.width) for c in COLLECTIONS.values()}
+_CONFIGS = {"oneOf": [_configs(*shape) for shape in sorted(_CONFIG_SHAPES)]}
+_PER_NODE = ", ".join(c.name for c in COLLECTIONS.values() if c.per_node)
 
 NodeFeat = Annotated[
     list[Any], _doc(_rows(140), "float32 [N,140]: one row per instruction")
@@ -62,27 +72,26 @@ NodeOpcode = Annotated[list[Any], _doc(_OPCODES, "opcode ids [N], 0..120")]
 EdgeIndex = Annotated[
     list[Any], _doc(_rows(2, "integer"), "[E,2]; [u,v]: u consumes v")
 ]
-NodeConfigIds = Annotated[list[Any], _doc(_IDS, "layout only: configurable nodes [NC]")]
+NodeConfigIds = Annotated[
+    list[Any], _doc(_IDS, f"{_PER_NODE} only: configurable nodes [NC]")
+]
 Configs = Annotated[
     list[Any],
-    _doc(_CONFIGS, "tile: config_feat [C,24]; layout: node_config_feat [C,NC,18]"),
+    _doc(
+        _CONFIGS,
+        "; ".join(
+            f"{c.name}: {c.config_key} {c.shape_doc()}" for c in COLLECTIONS.values()
+        ),
+    ),
 ]
 
-_INTS = {"type": "array", "items": {"type": "integer", "minimum": 1}}
 _DIMS = {
     "type": ["array", "null"],
     "items": {"type": "integer", "minimum": 0},
     "maxItems": 6,
     "description": "minor-to-major dims; null: the compiler chooses",
 }
-_TILE_RAW = {
-    "title": "TileSizes",
-    "type": "object",
-    "properties": {
-        k: _INTS for k in ("kernel_bounds", "output_bounds", "input_bounds")
-    },
-    "additionalProperties": False,
-}
+_ROW_RAW = {c.name: c.raw.schema for c in COLLECTIONS.values() if c.raw is not None}
 _LAYOUT_RAW = {
     "title": "NodeLayouts",
     "type": "object",
@@ -97,8 +106,14 @@ _LAYOUT_RAW = {
 RawConfigsDoc = Annotated[
     list[Any],
     _doc(
-        {"type": "array", "items": {"oneOf": [_TILE_RAW, _LAYOUT_RAW]}, "minItems": 1},
-        "configs in raw form: tile sizes (tile), or layouts by node (layout)",
+        {
+            "type": "array",
+            "items": {"oneOf": [*_ROW_RAW.values(), _LAYOUT_RAW]},
+            "minItems": 1,
+        },
+        "configs in raw form, as the model's collection takes them: "
+        + ", ".join(f"{schema['title']} ({name})" for name, schema in _ROW_RAW.items())
+        + f", or layouts by node ({_PER_NODE})",
     ),
 ]
 ConfigurableNames = list[Annotated[str, Field(min_length=1)]]
@@ -118,7 +133,8 @@ _EXAMPLE_GRAPH: JsonDict = {
 
 
 class GraphIn(StrictWire):
-    """A graph as JSON: the TpuGraphs arrays (``node_config_ids`` for layout only)."""
+    """A graph as JSON: the TpuGraphs arrays (``node_config_ids`` for a model whose
+    collection configures nodes, layout, only)."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_EXAMPLE_GRAPH]})
     node_feat: NodeFeat
@@ -320,7 +336,7 @@ class TensorSpecOut(Wire):
 
 class ModelOut(Wire):
     name: str
-    collection: Literal["tile", "layout"]
+    collection: Collection
     version: str = Field(description="the version serving unpinned requests")
     loaded_versions: list[str] = Field(description="versions a request may pin")
     graph_inputs: list[TensorSpecOut]

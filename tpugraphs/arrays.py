@@ -14,12 +14,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from xla_costmodel.tpugraphs.collections import (
+    COLLECTIONS,
+    CollectionSpec,
+    get,
+    infer,
+    of_shape,
+)
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.spec import (
-    LAYOUT_CONFIG_DIM,
+    CONFIG_SPEC_KEY,
     NODE_FEAT_DIM,
     NUM_OPCODES,
-    TILE_CONFIG_DIM,
     Collection,
 )
 
@@ -30,7 +36,8 @@ U8 = npt.NDArray[np.uint8]
 
 @dataclass(frozen=True)
 class Graph:
-    """What an encoder sees. ``node_config_ids`` is set for layout graphs only."""
+    """What an encoder sees. ``node_config_ids`` is set for graphs of a per-node
+    collection (layout) only."""
 
     node_feat: F32  # [N,140]
     node_opcode: U8  # [N]
@@ -52,7 +59,9 @@ class Graph:
 
     @property
     def collection(self) -> Collection:
-        return "tile" if self.node_config_ids is None else "layout"
+        """The first collection of this graph's shape: layout with configurable nodes,
+        else tile (an xla_cpu graph looks the same; its configs tell them apart)."""
+        return of_shape(self.node_config_ids is not None).name
 
     @property
     def nbytes(self) -> int:
@@ -69,8 +78,9 @@ class Graph:
 class Sample:
     """A graph with its configs and, for labelled files, measured runtimes.
 
-    ``configs`` is ``config_feat`` [C,24] for tile and ``node_config_feat`` [C,NC,18]
-    for layout. ``runtimes`` is raw ns; ``normalizers`` is tile only.
+    ``configs`` is the collection's config key: ``config_feat`` [C,24] for tile,
+    ``node_config_feat`` [C,NC,18] for layout, ``config_feat`` [C,W] for xla_cpu.
+    ``runtimes`` is raw ns; ``normalizers`` only where the collection has them.
     """
 
     name: str
@@ -89,8 +99,13 @@ class Sample:
         """Test files hide runtimes as all zeros."""
         return bool(np.any(self.runtimes > 0))
 
+    @property
+    def spec(self) -> CollectionSpec:
+        return get(self.collection)
+
     def targets(self) -> npt.NDArray[np.float64]:
-        """Ranking targets: tile runtimes divided by the normaliser, layout raw ns."""
+        """Ranking targets: runtimes divided by the normaliser where the collection
+        has one (tile, xla_cpu), else raw ns (layout)."""
         rt = self.runtimes.astype(np.float64)
         if self.normalizers is not None:
             return rt / np.maximum(self.normalizers.astype(np.float64), 1.0)
@@ -109,10 +124,11 @@ def _as_array(value: Any, key: str) -> np.ndarray[Any, Any]:
     return arr
 
 
-def _floats(value: Any, key: str, shape_tail: tuple[int, ...], ndim: int) -> F32:
+def _floats(value: Any, key: str, *tails: tuple[int, ...]) -> F32:
+    """A finite float32 array [?, *tail] for one of the ``tails`` (all one length)."""
     arr = _as_array(value, key)
-    if arr.ndim != ndim or arr.shape[1:] != shape_tail:
-        want = "[" + ",".join(["?", *map(str, shape_tail)]) + "]"
+    if arr.ndim != 1 + len(tails[0]) or arr.shape[1:] not in tails:
+        want = " or ".join("[" + ",".join(["?", *map(str, t)]) + "]" for t in tails)
         raise GraphFormatError(key, f"expected shape {want}, got {list(arr.shape)}")
     out = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.isfinite(out).all():
@@ -142,7 +158,7 @@ def make_graph(
     node_splits: Any | None = None,
 ) -> Graph:
     """Validate and canonicalise graph arrays; raises GraphFormatError naming the key."""
-    feat = _floats(node_feat, "node_feat", (NODE_FEAT_DIM,), 2)
+    feat = _floats(node_feat, "node_feat", (NODE_FEAT_DIM,))
     n = feat.shape[0]
     if n == 0:
         raise GraphFormatError("node_feat", "graph has no nodes")
@@ -181,15 +197,21 @@ def make_graph(
     return Graph(feat, opcode.astype(np.uint8), edges, ids, splits)
 
 
-def make_configs(value: Any, graph: Graph, key: str | None = None) -> F32:
-    """Validate a config batch against its graph: [C,24] (tile) or [C,NC,18] (layout)."""
-    if graph.node_config_ids is None:
-        key = key or "config_feat"
-        out = _floats(value, key, (TILE_CONFIG_DIM,), 2)
-    else:
-        key = key or "node_config_feat"
-        nc = graph.num_configurable
-        out = _floats(value, key, (nc, LAYOUT_CONFIG_DIM), 3)
+def make_configs(
+    value: Any, graph: Graph, key: str | None = None, collection: str | None = None
+) -> F32:
+    """Validate a config batch against its graph: [C,W] (one row per config) or
+    [C,NC,W] (per configurable node), W the ``collection``'s width; without one, any
+    collection of the graph's shape will do (tile [C,24] or xla_cpu [C,W])."""
+    per_node = graph.node_config_ids is not None
+    specs = (
+        [get(collection)]
+        if collection is not None
+        else [c for c in COLLECTIONS.values() if c.per_node == per_node]
+    )
+    key = key or specs[0].config_key
+    nc = graph.num_configurable
+    out = _floats(value, key, *(c.config_shape(nc) for c in specs))
     if out.shape[0] == 0:
         raise GraphFormatError(key, "no configs given")
     return out
@@ -198,29 +220,23 @@ def make_configs(value: Any, graph: Graph, key: str | None = None) -> F32:
 def sample_from_arrays(
     arrays: Mapping[str, Any], name: str, collection: Collection | None = None
 ) -> Sample:
-    """Build a validated Sample from a mapping of TpuGraphs keys (an open npz)."""
-    if collection is None:
-        collection = "layout" if "node_config_feat" in arrays else "tile"
+    """Build a validated Sample from a mapping of TpuGraphs keys (an open npz); the
+    collection is inferred from the keys if not given."""
+    spec = infer(arrays) if collection is None else get(collection)
     try:
-        required = ["node_feat", "node_opcode", "edge_index", "config_runtime"]
-        required += (
-            ["config_feat", "config_runtime_normalizers"]
-            if collection == "tile"
-            else ["node_config_feat", "node_config_ids"]
-        )
-        for key in required:
+        for key in spec.required_keys:
             if key not in arrays:
                 raise GraphFormatError(key, "missing")
+        if spec.config_spec is not None:
+            spec.check_config_spec(arrays[CONFIG_SPEC_KEY])
         graph = make_graph(
             arrays["node_feat"],
             arrays["node_opcode"],
             arrays["edge_index"],
-            arrays["node_config_ids"] if collection == "layout" else None,
+            arrays["node_config_ids"] if spec.per_node else None,
             arrays.get("node_splits"),
         )
-        configs = make_configs(
-            arrays["config_feat" if collection == "tile" else "node_config_feat"], graph
-        )
+        configs = make_configs(arrays[spec.config_key], graph, collection=spec.name)
         runtimes = _ints(arrays["config_runtime"], "config_runtime", 1)
         if runtimes.shape[0] != configs.shape[0]:
             raise GraphFormatError(
@@ -235,16 +251,20 @@ def sample_from_arrays(
                 "must be all zero (an unlabelled test file) or all > 0",
             )
         norms = None
-        if collection == "tile":
-            norms = _ints(
-                arrays["config_runtime_normalizers"], "config_runtime_normalizers", 1
+        if spec.normalizer_key is not None:
+            norms = _normalizers(
+                arrays[spec.normalizer_key], spec.normalizer_key, runtimes
             )
-            if norms.shape != runtimes.shape:
-                raise GraphFormatError(
-                    "config_runtime_normalizers", "must have one entry per config"
-                )
-            if norms.min() <= 0:
-                raise GraphFormatError("config_runtime_normalizers", "must be > 0")
     except GraphFormatError as exc:
         raise exc.with_source(name) from None
-    return Sample(name, collection, graph, configs, runtimes, norms)
+    return Sample(name, spec.name, graph, configs, runtimes, norms)
+
+
+def _normalizers(value: Any, key: str, runtimes: I64) -> I64:
+    """A file's normalisers: one positive runtime (the default config's) per config."""
+    norms = _ints(value, key, 1)
+    if norms.shape != runtimes.shape:
+        raise GraphFormatError(key, "must have one entry per config")
+    if norms.min() <= 0:
+        raise GraphFormatError(key, "must be > 0")
+    return norms

@@ -1,4 +1,4 @@
-"""Raw configs as JSON values -> ``TileSizes`` / ``NodeLayout``, with JSON-path errors.
+"""Raw configs as JSON values -> ``TileSizes`` / ``NodeLayout`` / rows, with JSON-path errors.
 
 The raw form the service's ``raw_configs`` and the client accept::
 
@@ -7,6 +7,9 @@ The raw form the service's ``raw_configs`` and the client accept::
     layout:  {"<node>": {"output": [dims] | null, "input": [..] | null,
                          "kernel": [..] | null}, ...}
              a missing or null tensor, or a node left out: the compiler chooses
+    xla_cpu: the ``compiler_options`` dict (``xla_cpu.from_options``), e.g.
+             {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"};
+             an option left out: XLA's default ({} is the default config)
 
 Only the shape of the objects is checked here; the sizes and dims are checked by
 ``encode_tile``/``encode_layout``. Errors are GraphFormatError keyed by the JSON path
@@ -15,16 +18,55 @@ Only the shape of the objects is checked here; the sizes and dims are checked by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.configs import (
+    F32,
     LAYOUT_TENSORS,
     TILE_FIELDS,
     NodeLayout,
     TileSizes,
+    encode_tile,
 )
 from xla_costmodel.tpugraphs.errors import GraphFormatError
+
+# JSON Schema of one raw tile config (the service's OpenAPI shows it).
+TILE_JSON_SCHEMA: dict[str, Any] = {
+    "title": "TileSizes",
+    "type": "object",
+    "properties": {
+        k: {"type": "array", "items": {"type": "integer", "minimum": 1}}
+        for k in TILE_FIELDS
+    },
+    "additionalProperties": False,
+}
+
+
+# JSON Schema of one raw xla_cpu config: the compiler options it sets.
+_YNN_NAMES = ", ".join(xla_cpu.YNN_PREFIX + t for t in xla_cpu.YNN_TYPES)
+XLA_CPU_JSON_SCHEMA: dict[str, Any] = {
+    "title": "CompilerOptions",
+    "type": "object",
+    "description": f"XLA:CPU compiler_options ({xla_cpu.SPEC}); an option left out "
+    "keeps XLA's default",
+    "properties": {
+        xla_cpu.YNN_KEY: {"type": "string", "description": f"any of {_YNN_NAMES}"},
+        xla_cpu.PASSES_KEY: {
+            "type": "string",
+            "description": f"passes to disable: any of {', '.join(xla_cpu.PASSES)}",
+        },
+        xla_cpu.SCHEDULER_KEY: {
+            "enum": [xla_cpu.SCHEDULER_PREFIX + s for s in xla_cpu.SCHEDULERS]
+        },
+        xla_cpu.EMITTERS_KEY: {"type": "boolean"},
+        xla_cpu.REGION_KEY: {"type": "boolean"},
+    },
+    "additionalProperties": False,
+}
 
 
 def tile_from_json(value: Any, path: str) -> TileSizes:
@@ -33,6 +75,12 @@ def tile_from_json(value: Any, path: str) -> TileSizes:
         return value
     fields = _fields(value, path, TILE_FIELDS)
     return TileSizes(**fields)
+
+
+def tile_rows_from_json(items: Sequence[Any], path: str) -> F32:
+    """``config_feat`` [C,24] of raw tile configs; errors keyed ``path[c].<field>``
+    (the object's shape) or ``configs[c].<field>`` (a size, from ``encode_tile``)."""
+    return encode_tile([tile_from_json(v, f"{path}[{c}]") for c, v in enumerate(items)])
 
 
 def layout_from_json(value: Any, path: str) -> dict[Any, NodeLayout]:
@@ -55,6 +103,29 @@ def is_tile_json(value: Any) -> bool:
     return isinstance(value, TileSizes) or (
         isinstance(value, Mapping) and bool(value) and set(value) <= set(TILE_FIELDS)
     )
+
+
+def is_xla_cpu_json(value: Any) -> bool:
+    """Whether one raw config reads as xla_cpu compiler options (it names one)."""
+    return (
+        isinstance(value, Mapping) and bool(value) and set(value) <= xla_cpu.KNOWN_KEYS
+    )
+
+
+def xla_cpu_rows_from_json(items: Sequence[Any], path: str) -> F32:
+    """``config_feat`` [C,WIDTH] of raw xla_cpu configs (``compiler_options`` dicts);
+    errors keyed ``path[c]`` with the option named in the problem."""
+    rows = []
+    for c, value in enumerate(items):
+        if not isinstance(value, Mapping):
+            raise GraphFormatError(
+                f"{path}[{c}]", "expected an object of compiler options"
+            )
+        try:
+            rows.append(xla_cpu.from_options(value))
+        except ValueError as exc:
+            raise GraphFormatError(f"{path}[{c}]", str(exc)) from None
+    return np.stack(rows).astype(np.float32, copy=False)
 
 
 def _fields(value: Any, path: str, allowed: tuple[str, ...]) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.tpugraphs.arrays import F32
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.spec import LAYOUT_CONFIG_DIM, TILE_CONFIG_DIM
 
@@ -31,6 +30,7 @@ LAYOUT_TENSORS = ("output", "input", "kernel")
 SLOTS = 6  # entries kept per list / tensor
 _INT64_MAX = 2**63 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+F32 = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)

@@ -1,37 +1,94 @@
 """Ranking metrics with the official TpuGraphs definitions, and their baselines (numpy only).
 
-Scores follow the service's convention: lower = predicted faster.
+Scores follow the service's convention: lower = predicted faster. Which metrics a
+collection reports is its ``MetricSet``, declared in ``xla_costmodel.tpugraphs.collections``.
 
-* **Top-K slowdown** (tile, K = 1, 5, 10; layout "slowdown@K", K = 1, 10, 100), as in the
-  official ``top_error_performance`` (tiles) and ``layout_evaluate.py``: take the K
+* **Top-K slowdown** (tile and xla_cpu, K = 1, 5, 10; layout "slowdown@K", K = 1, 10,
+  100), as in the official ``top_error_performance`` (tiles) and ``layout_evaluate.py``: take the K
   configs with the lowest scores, the best *measured* runtime among them, and return
   ``best_of_top_k / true_best - 1``. 0 means the model's top-K contains a fastest config.
   K > C takes every config (so the slowdown is 0). Ties in scores are broken by config
   index (a stable sort); the official ``tf.argsort`` leaves the order of ties unspecified.
-* **Kendall tau** (layout): tau-b between scores and runtimes, as ``scipy.stats.kendalltau``
-  (its default variant) computes it, O(C log^2 C). It is NaN when the runtimes are all
+* **Kendall tau** (layout, xla_cpu): tau-b between scores and runtimes, as
+  ``scipy.stats.kendalltau`` (its default variant) computes it, O(C log^2 C). It is NaN when the runtimes are all
   equal (nothing to rank) and 0.0 when the scores are all equal (no information, the
   random baseline's value); means skip NaNs.
 * **Random baseline**: the exact expectation over uniformly random orders (no sampling):
   E[min of K draws without replacement] from the order statistics, and tau = 0.
-* **Default baseline** (tile): the default tile config, whose runtime is the normaliser,
-  ranked first: ``normaliser / true_best - 1`` for every K (it names one config). Layout
-  npz files do not mark their default config, so there is no layout default baseline.
+* **Default baseline** (tile, xla_cpu): the default config, whose runtime is the
+  normaliser, ranked first: ``normaliser / true_best - 1`` for every K (it names one
+  config, so its tau is undefined). Layout npz files do not mark their default config,
+  so there is no layout default baseline.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 Array = npt.NDArray[np.float64]
-TILE_KS = (1, 5, 10)
-LAYOUT_KS = (1, 10, 100)
-TILE_KEYS = tuple(f"top{k}_slowdown" for k in TILE_KS)
-LAYOUT_KEYS = ("kendall_tau", *(f"slowdown_at_{k}" for k in LAYOUT_KS))
+
+
+@dataclass(frozen=True)
+class MetricSet:
+    """The metrics of one collection (``xla_costmodel.tpugraphs.collections``): top-K
+    slowdowns for ``ks`` under the key ``slowdown_key.format(k=k)``, and Kendall tau
+    (key ``kendall_tau``, first) where ``kendall``. Calling it is the metric function."""
+
+    ks: tuple[int, ...]
+    slowdown_key: str
+    kendall: bool
+
+    @property
+    def slowdown_keys(self) -> tuple[str, ...]:
+        return tuple(self.slowdown_key.format(k=k) for k in self.ks)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (("kendall_tau",) if self.kendall else ()) + self.slowdown_keys
+
+    def __call__(
+        self, scores: npt.ArrayLike, runtimes: npt.ArrayLike
+    ) -> dict[str, float]:
+        out = {"kendall_tau": kendall_tau(scores, runtimes)} if self.kendall else {}
+        for key, k in zip(self.slowdown_keys, self.ks, strict=True):
+            out[key] = topk_slowdown(scores, runtimes, k)
+        return out
+
+    def random_baseline(self, runtimes: npt.ArrayLike) -> dict[str, float]:
+        """The exact expectation over uniformly random orders (tau 0, NaN if the
+        runtimes are all equal)."""
+        out = {}
+        if self.kendall:
+            out["kendall_tau"] = 0.0 if np.ptp(np.asarray(runtimes)) > 0 else math.nan
+        for key, k in zip(self.slowdown_keys, self.ks, strict=True):
+            out[key] = expected_random_topk_slowdown(runtimes, k)
+        return out
+
+    def default_baseline(
+        self, runtimes: npt.ArrayLike, default_runtime: float
+    ) -> dict[str, float]:
+        """The default config ranked first: ``default / true_best - 1`` for every K (it
+        names one config, so tau is undefined: NaN)."""
+        slowdown = float(default_runtime) / float(np.min(runtimes)) - 1.0
+        out = {"kendall_tau": math.nan} if self.kendall else {}
+        return {**out, **dict.fromkeys(self.slowdown_keys, slowdown)}
+
+    def no_default(self, reason: str) -> dict[str, float | str | None]:
+        """The default baseline's row where the files do not mark a default config."""
+        return {**dict.fromkeys(self.keys), "reason": reason}
+
+
+TILE_METRICS = MetricSet((1, 5, 10), "top{k}_slowdown", kendall=False)
+LAYOUT_METRICS = MetricSet((1, 10, 100), "slowdown_at_{k}", kendall=True)
+TILE_KS = TILE_METRICS.ks
+LAYOUT_KS = LAYOUT_METRICS.ks
+TILE_KEYS = TILE_METRICS.keys
+LAYOUT_KEYS = LAYOUT_METRICS.keys
 NO_LAYOUT_DEFAULT = "layout npz files do not mark which config is the compiler default"
 
 
@@ -131,50 +188,32 @@ def _count_inversions(ranks: npt.NDArray[np.int64]) -> float:
 
 
 def tile_metrics(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> dict[str, float]:
-    return {
-        key: topk_slowdown(scores, runtimes, k)
-        for key, k in zip(TILE_KEYS, TILE_KS, strict=True)
-    }
+    return TILE_METRICS(scores, runtimes)
 
 
 def layout_metrics(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> dict[str, float]:
-    out = {"kendall_tau": kendall_tau(scores, runtimes)}
-    for k in LAYOUT_KS:
-        out[f"slowdown_at_{k}"] = topk_slowdown(scores, runtimes, k)
-    return out
+    return LAYOUT_METRICS(scores, runtimes)
 
 
 def metrics_for(
     collection: str, scores: npt.ArrayLike, runtimes: npt.ArrayLike
 ) -> dict[str, float]:
-    return (
-        tile_metrics(scores, runtimes)
-        if collection == "tile"
-        else layout_metrics(scores, runtimes)
-    )
+    """The metrics of ``collection`` (its declared ``MetricSet``)."""
+    return _metric_set(collection)(scores, runtimes)
 
 
 def random_baseline(collection: str, runtimes: npt.ArrayLike) -> dict[str, float]:
-    if collection == "tile":
-        return {
-            key: expected_random_topk_slowdown(runtimes, k)
-            for key, k in zip(TILE_KEYS, TILE_KS, strict=True)
-        }
-    out = {"kendall_tau": 0.0 if np.ptp(np.asarray(runtimes)) > 0 else math.nan}
-    for k in LAYOUT_KS:
-        out[f"slowdown_at_{k}"] = expected_random_topk_slowdown(runtimes, k)
-    return out
+    return _metric_set(collection).random_baseline(runtimes)
 
 
 def default_baseline_tile(
     runtimes: npt.ArrayLike, normalizer: float
 ) -> dict[str, float]:
-    slowdown = float(normalizer) / float(np.min(runtimes)) - 1.0
-    return dict.fromkeys(TILE_KEYS, slowdown)
+    return TILE_METRICS.default_baseline(runtimes, normalizer)
 
 
 def default_baseline_layout() -> dict[str, float | str | None]:
-    return {**dict.fromkeys(LAYOUT_KEYS), "reason": NO_LAYOUT_DEFAULT}
+    return LAYOUT_METRICS.no_default(NO_LAYOUT_DEFAULT)
 
 
 def mean_metrics(
@@ -191,4 +230,12 @@ def mean_metrics(
 
 
 def metric_keys(collection: str) -> tuple[str, ...]:
-    return TILE_KEYS if collection == "tile" else LAYOUT_KEYS
+    return _metric_set(collection).keys
+
+
+def _metric_set(collection: str) -> MetricSet:
+    # The registry declares each collection's MetricSet and imports this module for
+    # it, so the lookup is imported when first needed.
+    from xla_costmodel.tpugraphs.collections import get
+
+    return get(collection).metrics

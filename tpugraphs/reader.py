@@ -9,20 +9,22 @@ from pathlib import Path
 import numpy as np
 
 from xla_costmodel.tpugraphs.arrays import Sample, sample_from_arrays
+from xla_costmodel.tpugraphs.collections import infer
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.graph_id import graph_id
 from xla_costmodel.tpugraphs.spec import Collection
 
 
 def load_npz(path: str | Path, collection: Collection | None = None) -> Sample:
-    """Load and validate one file. The collection is inferred from its keys if not given."""
+    """Load and validate one file; its collection (``collections.infer``: from its
+    keys) must be ``collection`` when one is given."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise GraphFormatError("file", f"cannot read npz ({exc})", str(path)) from None
-    inferred: Collection = "layout" if "node_config_feat" in arrays else "tile"
+    inferred = infer(arrays).name
     if collection is not None and collection != inferred:
         raise GraphFormatError(
             "collection",
@@ -65,11 +67,11 @@ def iter_samples(
 
 
 def file_collection(path: str | Path) -> Collection:
-    """``"layout"`` if the file has ``node_config_feat``, else ``"tile"`` (reads only the
-    npz directory, not the arrays); an unreadable file is a ``GraphFormatError``."""
+    """The file's collection by its keys (``collections.infer``; reads only the npz
+    directory, not the arrays); an unreadable file is a ``GraphFormatError``."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            return "layout" if "node_config_feat" in data.files else "tile"
+            return infer(data.files).name
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise GraphFormatError("file", f"cannot read npz ({exc})", str(path)) from None
 

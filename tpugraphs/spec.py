@@ -1,11 +1,16 @@
-"""Constants of the TpuGraphs format (see ../shared/tpugraphs/FORMAT.md)."""
+"""Constants of the TpuGraphs format (see ../shared/tpugraphs/FORMAT.md).
+
+What differs between collections (config key and width, normalisers, default config,
+metrics, ...) is declared once in ``xla_costmodel.tpugraphs.collections``; ``Collection``
+is the static type of their names, which that registry checks it declares exactly.
+"""
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
-Collection = Literal["tile", "layout"]
-COLLECTIONS: Final = ("tile", "layout")
+Collection = Literal["tile", "layout", "xla_cpu"]
+COLLECTION_NAMES: Final[tuple[Collection, ...]] = get_args(Collection)
 
 NODE_FEAT_DIM: Final = 140
 TILE_CONFIG_DIM: Final = 24
@@ -27,6 +32,16 @@ LAYOUT_KEYS: Final = (
     "node_config_ids",
     "config_runtime",
     "node_splits",
+)
+# Files whose configs follow a versioned encoding name it in this unicode scalar
+# (``"xla_cpu/1"``); a reader that does not know the spec refuses the file.
+CONFIG_SPEC_KEY: Final = "config_spec"
+XLA_CPU_KEYS: Final = (
+    *GRAPH_KEYS,
+    "config_feat",
+    "config_runtime",
+    "config_runtime_normalizers",
+    CONFIG_SPEC_KEY,
 )
 
 OPCODES: Final = (

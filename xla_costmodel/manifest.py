@@ -5,8 +5,9 @@ An artifact is a directory ``<model_dir>/<name>/<version>/`` holding ``manifest.
 Triton/TF-Serving model repositories); the newest is the largest.
 
 The wiring rule the service relies on: the scorer's inputs are exactly the encoder's
-outputs (same names, dtypes, shapes) plus one config input (``config_feat`` for tile,
-``node_config_feat`` for layout); the scorer has one output, ``scores`` [num_configs],
+outputs (same names, dtypes, shapes) plus one config input, the collection's config
+key (``config_feat`` for tile and xla_cpu, ``node_config_feat`` for layout:
+``xla_costmodel.tpugraphs.collections``); the scorer has one output, ``scores`` [num_configs],
 lower = faster. The encoder's inputs are the raw TpuGraphs arrays (``node_opcode`` as
 int64); normalisation happens inside the ONNX graphs.
 """
@@ -20,11 +21,14 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from xla_costmodel.tpugraphs.collections import COLLECTIONS, CollectionSpec, get
 from xla_costmodel.tpugraphs.errors import GraphFormatError
+from xla_costmodel.tpugraphs.spec import Collection
 
 MANIFEST_FORMAT: Final = "costmodel-artifact/1"
 MANIFEST_FILE = "manifest.json"
-CONFIG_INPUT = {"tile": "config_feat", "layout": "node_config_feat"}
+# The scorer's config input of each collection (its config key).
+CONFIG_INPUT = {name: c.config_input for name, c in COLLECTIONS.items()}
 # The hardware a model's training runtimes were measured on. Runtimes from different
 # targets are never mixed (feedback, adaptation, export are all keyed by it).
 TARGET_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"
@@ -52,7 +56,7 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["costmodel-artifact/1"] = MANIFEST_FORMAT
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
-    collection: Literal["tile", "layout"]
+    collection: Collection
     version: str = Field(pattern=r"^[0-9]+$")
     target: str = Field(
         pattern=TARGET_PATTERN, description="hardware its runtimes were measured on"
@@ -66,8 +70,13 @@ class Manifest(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
 
     @property
+    def spec(self) -> CollectionSpec:
+        """What the model's collection declares."""
+        return get(self.collection)
+
+    @property
     def config_input(self) -> TensorSpec:
-        name = CONFIG_INPUT[self.collection]
+        name = self.spec.config_input
         return next(s for s in self.scorer.inputs if s.name == name)
 
     @property
@@ -115,10 +124,16 @@ def _check_wiring(m: Manifest, path: Path) -> None:
                 f"{path}: scorer does not take encoder output {out.name!r}"
             )
     extra = set(scorer_inputs) - {o.name for o in m.encoder.outputs}
-    if extra != {CONFIG_INPUT[m.collection]}:
+    if extra != {m.spec.config_input}:
         raise ArtifactError(
             f"{path}: scorer must take exactly one config input "
-            f"{CONFIG_INPUT[m.collection]!r}, found {sorted(extra)}"
+            f"{m.spec.config_input!r}, found {sorted(extra)}"
+        )
+    width = scorer_inputs[m.spec.config_input].shape[-1:]
+    if width != [m.spec.width]:
+        raise ArtifactError(
+            f"{path}: config input {m.spec.config_input!r} ends in {width}, a "
+            f"{m.collection} config row has {m.spec.width} values"
         )
     if [o.name for o in m.scorer.outputs] != ["scores"]:
         raise ArtifactError(f"{path}: scorer must have the single output 'scores'")

@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 from xla_costmodel.manifest import ArtifactError, GraphSpec, Manifest, read_manifest
 from xla_costmodel.tpugraphs.arrays import Graph
+from xla_costmodel.tpugraphs.collections import CollectionSpec
 
 Embedding = dict[str, npt.NDArray[np.float32]]
 
@@ -51,6 +52,11 @@ class ArtifactRunner:
     def collection(self) -> str:
         return self.manifest.collection
 
+    @property
+    def spec(self) -> CollectionSpec:
+        """What the model's collection declares (config key, width, per_node, ...)."""
+        return self.manifest.spec
+
     def _open(self, spec: GraphSpec, opts: SessionOptions) -> ort.InferenceSession:
         so = ort.SessionOptions()
         so.intra_op_num_threads = opts.intra_op_threads
@@ -80,9 +86,9 @@ class ArtifactRunner:
             "node_opcode": graph.node_opcode.astype(np.int64),
             "edge_index": graph.edge_index,
         }
-        if self.collection == "layout":
+        if self.spec.per_node:
             if graph.node_config_ids is None:
-                raise ArtifactError("a layout model needs node_config_ids")
+                raise ArtifactError(f"a {self.collection} model needs node_config_ids")
             feeds["node_config_ids"] = graph.node_config_ids
         return feeds
 

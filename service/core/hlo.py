@@ -2,9 +2,10 @@
 
 The text is featurized by ``xla_costmodel.tpugraphs.hlo`` (the same code as ``costmodel featurize``
 and the client), so the graph_id equals that of the same module sent as arrays and
-shares its cached embedding. Which nodes are configurable follows the model: none
-for a tile model; for a layout model every convolution, dot and reshape (the
-TpuGraphs rule) unless the request names them. CPU-bound: call it in a thread.
+shares its cached embedding. Which nodes are configurable follows the model's
+collection: none for one configured by one row (tile, xla_cpu); for a per-node one
+(layout) every convolution, dot and reshape (the TpuGraphs rule) unless the request
+names them. CPU-bound: call it in a thread.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from xla_costmodel.service.core.graph_meta import GraphMeta
 from xla_costmodel.service.core.inputs import Limits, RawGraph, build_graph
 from xla_costmodel.service.errors import InvalidRequest
 from xla_costmodel.tpugraphs.arrays import Graph
+from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.hlo import HloParseError, featurize_hlo
 from xla_costmodel.tpugraphs.hlo.featurize import Configurable
@@ -69,7 +71,7 @@ def featurize_graph(
 
 
 def _rule(src: HloText, collection: str) -> Configurable:
-    if collection != "layout":
+    if not get(collection).per_node:
         if src.configurable is not None:
             raise InvalidRequest(
                 f"a {collection} model has no configurable instructions", "configurable"

@@ -18,6 +18,7 @@ from xla_costmodel.manifest import TensorSpec
 from xla_costmodel.runner import ArtifactRunner, Embedding
 from xla_costmodel.service.errors import InvalidRequest
 from xla_costmodel.tpugraphs.arrays import Graph, make_graph
+from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.graph_id import graph_id
 
@@ -57,13 +58,14 @@ def build_graph(raw: RawGraph, collection: str, limits: Limits) -> tuple[Graph, 
         if key not in arrays:
             raise InvalidRequest(f"missing array {key!r}", prefix + key)
     ids = arrays.get("node_config_ids")
-    if collection == "layout" and ids is None:
+    per_node = get(collection).per_node
+    if per_node and ids is None:
         raise InvalidRequest(
-            "a layout graph needs node_config_ids", prefix + "node_config_ids"
+            f"a {collection} graph needs node_config_ids", prefix + "node_config_ids"
         )
-    if collection == "tile" and ids is not None:
+    if not per_node and ids is not None:
         raise InvalidRequest(
-            "tile graphs take no node_config_ids", prefix + "node_config_ids"
+            f"{collection} graphs take no node_config_ids", prefix + "node_config_ids"
         )
     if _count(arrays["node_feat"]) > limits.max_nodes:
         raise InvalidRequest(

@@ -218,7 +218,7 @@ class Ranker:
         self, raw: RawConfigs, runner: ArtifactRunner, gid: str
     ) -> npt.NDArray[np.float32]:
         meta = None
-        if runner.collection == "layout":
+        if runner.spec.per_node:  # raw configs name the graph's configurable nodes
             meta = await self.cache.meta.get(gid)
             if meta is None:
                 raise GraphMetadataNotFound(
@@ -252,7 +252,12 @@ class Ranker:
                 graph = await self.archive.load(gid)
             except StoreError:
                 graph = None
-            if graph is None or graph.collection != runner.collection:
+            # A graph of the model's shape (archived by another collection's model
+            # too: a graph is stored once, by content).
+            if (
+                graph is None
+                or (graph.node_config_ids is not None) != runner.spec.per_node
+            ):
                 raise
             return await self.embed(runner, gid, graph)
 

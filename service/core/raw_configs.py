@@ -1,6 +1,8 @@
 """Raw configs in a rank request -> config features, or ``InvalidRequest``.
 
-Tile configs need nothing from the graph. Layout configs name nodes, resolved
+A collection configured by one row per config encodes its raw configs with its
+declared encoder (``CollectionSpec.raw``: tile sizes for tile, ``compiler_options``
+dicts for xla_cpu), needing nothing from the graph. Per-node (layout) configs name nodes, resolved
 against the graph's record (``xla_costmodel.service.core.graph_meta``): an instruction name when
 the graph arrived as HLO text, or a node id (a value of ``node_config_ids``, as a
 string since JSON keys are strings) either way. Nodes a config leaves out, and null
@@ -16,8 +18,9 @@ from typing import Any
 from xla_costmodel.service.core.graph_meta import GraphMeta
 from xla_costmodel.service.errors import InvalidRequest
 from xla_costmodel.tpugraphs.arrays import F32
-from xla_costmodel.tpugraphs.config_json import layout_from_json, tile_from_json
-from xla_costmodel.tpugraphs.configs import NodeLayout, encode_layout, encode_tile
+from xla_costmodel.tpugraphs.collections import get
+from xla_costmodel.tpugraphs.config_json import layout_from_json
+from xla_costmodel.tpugraphs.configs import NodeLayout, encode_layout
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 
 
@@ -32,17 +35,21 @@ class RawConfigs:
 def encode_raw(
     raw: RawConfigs, collection: str, meta: GraphMeta | None, max_configs: int
 ) -> F32:
-    """``config_feat`` [C,24] (tile) or ``node_config_feat`` [C,NC,18] (layout)."""
+    """The collection's config features: ``config_feat`` [C,W] of one-row configs,
+    ``node_config_feat`` [C,NC,18] of per-node (layout) ones."""
     items, field = raw.items, raw.field
     if not isinstance(items, list) or not items:
         raise InvalidRequest("expected a non-empty list of configs", field)
     if len(items) > max_configs:
         raise InvalidRequest(f"more than {max_configs} configs", field)
+    spec = get(collection)
     try:
-        if collection == "tile":
-            return encode_tile(
-                [tile_from_json(v, f"{field}[{c}]") for c, v in enumerate(items)]
-            )
+        if not spec.per_node:
+            if spec.raw is None:
+                raise InvalidRequest(
+                    f"a {collection} model takes no raw configs: send configs", field
+                )
+            return spec.raw.encode(items, field)
         if meta is None:
             raise RuntimeError("layout configs need the graph record")
         keys = _NodeKeys(meta)

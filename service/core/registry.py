@@ -28,11 +28,7 @@ from xla_costmodel.service.errors import (
     VersionNotLoaded,
 )
 from xla_costmodel.tpugraphs.arrays import make_graph
-from xla_costmodel.tpugraphs.spec import (
-    LAYOUT_CONFIG_DIM,
-    NODE_FEAT_DIM,
-    TILE_CONFIG_DIM,
-)
+from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +61,16 @@ class ReloadResult:
 def load_and_warm(path: Path, options: SessionOptions) -> ArtifactRunner:
     """Open both sessions and run them once on a tiny graph (blocking)."""
     runner = ArtifactRunner(path, options)
-    layout = runner.collection == "layout"
+    spec = runner.spec
     graph = make_graph(
         np.zeros((2, NODE_FEAT_DIM), np.float32),
         np.array([63, 2], np.uint8),  # parameter -> add
         np.array([[1, 0]], np.int64),
-        np.array([1], np.int64) if layout else None,
+        np.array([1], np.int64) if spec.per_node else None,
     )
-    shape = (1, 1, LAYOUT_CONFIG_DIM) if layout else (1, TILE_CONFIG_DIM)
-    configs = np.full(shape, -1 if layout else 0, np.float32)
+    # Per node, -1 everywhere: "the compiler chooses" each node's layout.
+    shape = (1, *spec.config_shape(graph.num_configurable))
+    configs = np.full(shape, -1 if spec.per_node else 0, np.float32)
     try:
         scores = runner.score(runner.encode(graph), configs)
     except Exception as exc:  # onnxruntime raises untyped errors

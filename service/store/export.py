@@ -5,11 +5,13 @@ with the graph's arrays in their canonical dtypes and one config per distinct me
 config. A config measured several times gets the median of its runtimes (rounded to
 whole ns): measurements repeat and the median shrugs off one noisy run.
 
-Tile files also need ``config_runtime_normalizers``, in TpuGraphs the runtime of the
-kernel's default tile config. The store does not know which config is the default,
-so every config gets the graph's fastest (median) runtime: targets become slowdowns
-relative to the best measured config (>= 1), and the ranking, which is all training
-uses, is the same as with any constant normaliser.
+Each file has its collection's keys (``xla_costmodel.tpugraphs.collections``): a
+collection with normalisers (tile, xla_cpu) also needs ``config_runtime_normalizers``,
+in TpuGraphs the runtime of the default config. The store does not know which config
+is the default, so every config gets the graph's fastest (median) runtime: targets
+become slowdowns relative to the best measured config (>= 1), and the ranking, which
+is all training uses, is the same as with any constant normaliser. A collection whose
+files name their config encoding (xla_cpu) gets its ``config_spec``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import numpy as np
 
 from xla_costmodel.service.store.records import Measured, StoredGraph
 from xla_costmodel.service.store.store import MeasurementStore
+from xla_costmodel.tpugraphs.collections import get
+from xla_costmodel.tpugraphs.spec import CONFIG_SPEC_KEY
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -60,8 +64,8 @@ def export_dataset(
             continue
         measured = store.measurements(coll, tgt, graph_id)
         try:
-            arrays, configs = dataset_arrays(graph, measured)
-        except ValueError as exc:
+            arrays, configs = dataset_arrays(graph, measured, coll)
+        except ValueError as exc:  # UnknownCollection too
             yield Skipped(coll, tgt, graph_id, str(exc))
             continue
         path = out / _component(coll) / _component(tgt) / f"{graph_id}.npz"
@@ -74,11 +78,12 @@ def export_dataset(
 
 
 def dataset_arrays(
-    graph: StoredGraph, measured: Measured
+    graph: StoredGraph, measured: Measured, collection: str | None = None
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
-    """(TpuGraphs arrays, number of distinct configs) of one graph's measurements."""
+    """(TpuGraphs arrays, number of distinct configs) of one graph's measurements of
+    ``collection`` (default: the one the graph was stored under)."""
     g = graph.arrays
-    layout = "node_config_ids" in g
+    spec = get(collection or graph.collection)
     if len(measured) == 0:
         raise ValueError("no measurements")
     configs, runtimes = _median_per_config(measured.configs, measured.runtimes_ns)
@@ -88,26 +93,28 @@ def dataset_arrays(
         "edge_index": np.asarray(g["edge_index"], dtype=np.int64).reshape(-1, 2),
         "config_runtime": runtimes,
     }
-    if layout:
+    if spec.per_node:
+        if "node_config_ids" not in g:
+            raise ValueError(f"a {spec.name} graph needs node_config_ids")
         ids = np.asarray(g["node_config_ids"], dtype=np.int64)
-        if configs.ndim != 3 or configs.shape[1:] != (ids.shape[0], 18):
+        if configs.shape[1:] != spec.config_shape(ids.shape[0]):
             raise ValueError(
-                f"layout configs of shape {list(configs.shape[1:])} do not match "
-                f"{ids.shape[0]} configurable nodes x 18"
+                f"{spec.name} configs of shape {list(configs.shape[1:])} do not match "
+                f"{ids.shape[0]} configurable nodes x {spec.width}"
             )
         arrays["node_config_ids"] = ids
-        arrays["node_config_feat"] = configs
-        if "node_splits" in g:  # files hold it as [1,S]
-            arrays["node_splits"] = np.asarray(g["node_splits"], np.int64).reshape(
-                1, -1
-            )
-    else:
-        if configs.ndim != 2 or configs.shape[1] != 24:
-            raise ValueError(
-                f"tile configs of shape {list(configs.shape[1:])} are not [24]"
-            )
-        arrays["config_feat"] = configs
-        arrays["config_runtime_normalizers"] = np.full_like(runtimes, runtimes.min())
+    elif configs.shape[1:] != spec.config_shape():
+        raise ValueError(
+            f"{spec.name} configs of shape {list(configs.shape[1:])} are not "
+            f"[{spec.width}]"
+        )
+    arrays[spec.config_key] = configs
+    if spec.per_node and "node_splits" in g:  # files hold it as [1,S]
+        arrays["node_splits"] = np.asarray(g["node_splits"], np.int64).reshape(1, -1)
+    if spec.normalizer_key is not None:
+        arrays[spec.normalizer_key] = np.full_like(runtimes, runtimes.min())
+    if spec.config_spec is not None:
+        arrays[CONFIG_SPEC_KEY] = np.array(spec.config_spec)
     return arrays, int(configs.shape[0])
 
 

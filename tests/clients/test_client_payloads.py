@@ -11,6 +11,8 @@ import pytest
 
 from xla_costmodel.clients import InvalidRequest, prepare_graph
 from xla_costmodel.clients.payloads import config_array, configs_npz, savez_bytes
+from xla_costmodel.clients.raw_configs import config_collection
+from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.graph_id import graph_id
 
@@ -87,6 +89,26 @@ def test_config_wire_dtypes(tile_sample: Sample, layout_sample: Sample) -> None:
         io.BytesIO(configs_npz(config_array(tile_sample.configs, tile), tile))
     ) as d:
         assert d["config_feat"].dtype == np.float32
+
+
+def test_xla_cpu_configs_are_told_from_tile_by_width_and_form(
+    tile_sample: Sample,
+) -> None:
+    """A graph without configurable nodes takes the rows of any one-row collection;
+    the configs say which (the service checks the model's width)."""
+    graph = prepare_graph(tile_sample.graph)
+    rows = config_array(xla_cpu.sample(3, 0), graph)
+    assert rows.shape == (3, xla_cpu.WIDTH) and config_collection(rows) == "xla_cpu"
+    with np.load(io.BytesIO(configs_npz(rows, graph))) as d:
+        assert d["config_feat"].dtype == np.int8  # 0/1 bits
+    raw = [{}, {xla_cpu.SCHEDULER_KEY: "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}]
+    assert config_collection(raw) == "xla_cpu"
+    encoded = config_array(raw, graph)
+    np.testing.assert_array_equal(encoded[0], xla_cpu.default_row())
+    assert xla_cpu.to_options(encoded[1]) == raw[1]
+    with pytest.raises(InvalidRequest) as info:
+        config_array([{xla_cpu.SCHEDULER_KEY: "FAST"}], graph)
+    assert info.value.field == "configs[0]" and "unknown scheduler" in str(info.value)
 
 
 def test_bad_inputs_name_the_field(tmp_path: Path, tile_sample: Sample) -> None:

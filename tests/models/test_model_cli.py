@@ -115,3 +115,27 @@ def test_train_skips_copies_of_validation_graphs_elsewhere_in_data(
     data_files = read_manifest(out).training["data_files"]
     assert len(data_files) == 3
     assert str(copy) not in data_files and str(valid[0]) not in data_files
+
+
+def test_train_xla_cpu_from_a_mixed_tree(tmp_path: Path) -> None:
+    """``--collection xla_cpu`` picks its files by their config_spec, the others (tile:
+    the same config key) are skipped; choices come from the registry."""
+    root = tmp_path / "dataset"
+    write_tree(root, "xla_cpu", "train", 3, seed=0, num_nodes=12, num_configs=30)
+    write_tree(root, "xla_cpu", "valid", 1, seed=1, num_nodes=12, num_configs=30)
+    write_tree(root, "tile", "train", 2, seed=0, num_nodes=12, num_configs=30)
+    out = tmp_path / "artifacts" / "xla_cpu" / "1"
+    result = CliRunner().invoke(app(), [
+        "train", "--collection", "xla_cpu", "--data", str(root / "npz"),
+        "--valid", str(root / "npz/xla_cpu/valid"), "--out", str(out),
+        "--epochs", "1", "--hidden", "8", "--layers", "1",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(out)
+    assert (manifest.name, manifest.collection) == ("xla_cpu", "xla_cpu")
+    assert len(manifest.training["data_files"]) == 3
+    assert all("/xla_cpu/train/" in f for f in manifest.training["data_files"])
+    assert {"kendall_tau", *TILE_KEYS} <= set(manifest.metrics["mean"])
+    bad = CliRunner().invoke(app(), ["train", "--collection", "gpu", "--data", "x",
+                                     "--out", str(out)])  # fmt: skip
+    assert bad.exit_code == 2 and "xla_cpu" in bad.output

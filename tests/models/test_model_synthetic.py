@@ -9,12 +9,22 @@ from pathlib import Path
 import numpy as np
 
 from xla_costmodel.models.synthetic import (
+    MAKERS,
     make_layout_arrays,
     make_tile_arrays,
+    make_xla_cpu_arrays,
     write_npz,
 )
+from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.reader import load_npz
-from xla_costmodel.tpugraphs.spec import LAYOUT_KEYS, NUM_OPCODES, TILE_KEYS
+from xla_costmodel.tpugraphs.spec import (
+    COLLECTION_NAMES,
+    CONFIG_SPEC_KEY,
+    LAYOUT_KEYS,
+    NUM_OPCODES,
+    TILE_KEYS,
+    XLA_CPU_KEYS,
+)
 
 DTYPES = {"node_feat": np.float32, "node_opcode": np.uint8, "edge_index": np.int64,
           "config_feat": np.float32, "config_runtime": np.int64,
@@ -51,6 +61,19 @@ def test_files_round_trip_through_the_reader_in_the_real_format(tmp_path: Path) 
 def test_tile_normaliser_is_the_default_configs_runtime() -> None:
     arrays = make_tile_arrays(seed=2)
     assert (arrays["config_runtime_normalizers"] == arrays["config_runtime"][0]).all()
+
+
+def test_xla_cpu_files_name_their_spec_and_put_the_default_first(
+    tmp_path: Path,
+) -> None:
+    arrays = make_xla_cpu_arrays(seed=3)
+    check_format({k: v for k, v in arrays.items() if k != CONFIG_SPEC_KEY},
+                 XLA_CPU_KEYS[:-1])  # fmt: skip
+    assert tuple(arrays) == XLA_CPU_KEYS and str(arrays[CONFIG_SPEC_KEY]) == "xla_cpu/1"
+    np.testing.assert_array_equal(arrays["config_feat"][0], xla_cpu.default_row())
+    assert (arrays["config_runtime_normalizers"] == arrays["config_runtime"][0]).all()
+    assert load_npz(write_npz(tmp_path / "x.npz", arrays)).collection == "xla_cpu"
+    assert set(MAKERS) == set(COLLECTION_NAMES)  # every collection can be synthesised
 
 
 def test_large_graphs_are_well_formed() -> None:

@@ -12,7 +12,11 @@ from storekit import batch, gid
 from typer.testing import CliRunner
 
 from xla_costmodel.dataset import export
-from xla_costmodel.models.synthetic import make_layout_arrays, make_tile_arrays
+from xla_costmodel.models.synthetic import (
+    make_layout_arrays,
+    make_tile_arrays,
+    make_xla_cpu_arrays,
+)
 from xla_costmodel.service.store import MeasurementStore, default_sqlite_url
 from xla_costmodel.tpugraphs.reader import load_npz
 
@@ -108,6 +112,29 @@ def test_export_writes_files_the_reader_and_trainer_accept(
                       max_steps_per_graph=2)  # fmt: skip
     trained = fit(tiles[:2], tiles[2:], cfg, tmp_path / "run")
     assert trained.summary["epochs_run"] == 1
+
+
+def test_xla_cpu_measurements_export_as_xla_cpu_files(tmp_path: Path) -> None:
+    """The file gets the collection's keys: normalisers and its config_spec."""
+    url = default_sqlite_url(tmp_path / "data")
+    store = MeasurementStore.open(url)
+    arrays = make_xla_cpu_arrays(num_nodes=10, num_configs=8, seed=4)
+    graph = {k: arrays[k] for k in GRAPH_KEYS if k in arrays}
+    graph_id = gid(graph)
+    store.save_graph(graph_id, "xla_cpu", graph)
+    store.add_measurements(batch(
+        graph_id, arrays["config_feat"].astype(np.int8), model="xla_cpu-m",
+        collection="xla_cpu", runtimes_ns=arrays["config_runtime"],
+    ))  # fmt: skip
+    store.close()
+    out = tmp_path / "dataset"
+    result = run_export("--out", str(out), "--database-url", url)
+    assert result.exit_code == 0, result.output
+    sample = load_npz(out / "xla_cpu" / "tpu-v3" / f"{graph_id}.npz")
+    assert sample.collection == "xla_cpu"
+    np.testing.assert_array_equal(sample.configs, arrays["config_feat"])
+    assert sample.normalizers is not None
+    assert (sample.normalizers == arrays["config_runtime"].min()).all()
 
 
 def test_export_filters_by_collection_and_target(

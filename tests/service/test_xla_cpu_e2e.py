@@ -1,0 +1,154 @@
+"""The xla_cpu collection end to end, through the registry alone: a tiny model trained
+on synthetic xla_cpu files, exported, served beside the shipped models (in process)
+and by a real uvicorn process for the replay autotuner."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from servicekit import NPZ, REPO, AppClient, ServiceProcess, free_port
+
+from xla_costmodel.clients import CostModelClient
+from xla_costmodel.clients.replay import Budget, Replayer
+from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs.reader import load_npz
+
+MODEL = "xla_cpu-tiny"
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def xla_cpu_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    from xla_costmodel.models.synthetic import write_tree
+
+    root = tmp_path_factory.mktemp("xla_cpu_data")
+    return {
+        "train": write_tree(root, "xla_cpu", "train", 8, seed=0, num_configs=60),
+        "valid": write_tree(root, "xla_cpu", "valid", 2, seed=1, num_configs=60),
+    }
+
+
+@pytest.fixture(scope="module")
+def artifact(
+    xla_cpu_files: dict[str, list[Path]], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A tiny xla_cpu model, trained (PyTorch) and exported (ONNX + manifest)."""
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.train import TrainConfig, fit
+
+    model = ModelConfig("xla_cpu", hidden=16, layers=2, embed=16, scorer_hidden=8)
+    cfg = TrainConfig("xla_cpu", epochs=3, model=model, batch_configs=32)
+    out = tmp_path_factory.mktemp("xla_cpu_model") / MODEL / "1"
+    result = fit(xla_cpu_files["train"], xla_cpu_files["valid"], cfg, out.parent)
+    export_artifact(result, out, name=MODEL)
+    return out
+
+
+def test_the_artifact_declares_its_collection(artifact: Path) -> None:
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert (manifest["name"], manifest["collection"]) == (MODEL, "xla_cpu")
+    config_input = [
+        s for s in manifest["scorer"]["inputs"] if s["name"] == "config_feat"
+    ]
+    assert config_input[0]["shape"] == ["num_configs", xla_cpu.WIDTH]
+    assert [s["name"] for s in manifest["encoder"]["outputs"]] == ["graph_embedding"]
+    metrics = manifest["metrics"]
+    assert metrics["collection"] == "xla_cpu" and len(metrics["graphs"]) == 2
+    assert {"kendall_tau", "top1_slowdown", "top10_slowdown"} <= set(metrics["mean"])
+    default = metrics["baselines"]["default"]  # the files mark it (config 0)
+    assert default["top1_slowdown"] is not None and "reason" not in default
+
+
+async def test_served_beside_the_shipped_models(
+    make_client: AppClient,
+    model_dir: Path,
+    artifact: Path,
+    xla_cpu_files: dict[str, list[Path]],
+) -> None:
+    shutil.copytree(artifact, model_dir / MODEL / "1")
+    client: httpx.AsyncClient = await make_client(models=["tile", "layout", MODEL])
+    listed = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
+    assert listed[MODEL]["collection"] == "xla_cpu"
+    assert listed[MODEL]["config_input"]["shape"] == ["num_configs", xla_cpu.WIDTH]
+
+    path = xla_cpu_files["valid"][0]
+    sample = load_npz(path)
+    # The file as it is (config_spec and labels included) uploads and ranks.
+    up = await client.put(
+        f"/v1/graphs?model={MODEL}", content=path.read_bytes(), headers=NPZ
+    )
+    assert up.status_code == 200, up.text
+    assert up.json()["configurable_nodes"] == 0
+    gid = up.json()["graph_id"]
+    ranked = await client.post(
+        f"/v1/rank?model={MODEL}", content=path.read_bytes(), headers=NPZ
+    )
+    assert ranked.status_code == 200, ranked.text
+    assert sorted(ranked.json()["ranking"]) == list(range(sample.num_configs))
+    prior = np.array(ranked.json()["scores"])
+
+    # Raw configs: compiler_options dicts, {} the default (config 0 of the file).
+    raw = [{}, {xla_cpu.SCHEDULER_KEY: "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}]
+    by_raw = await client.post(
+        "/v1/rank", json={"model": MODEL, "graph_id": gid, "raw_configs": raw}
+    )
+    assert by_raw.status_code == 200, by_raw.text
+    assert by_raw.json()["scores"][0] == pytest.approx(prior[0], rel=1e-5, abs=1e-6)
+    bad = await client.post(
+        "/v1/rank",
+        json={"model": MODEL, "graph_id": gid, "raw_configs": [{"xla_nope": True}]},
+    )
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "raw_configs[0]"
+    wide = await client.post(
+        "/v1/rank", json={"model": MODEL, "graph_id": gid, "configs": [[0.0] * 24]}
+    )
+    assert wide.status_code == 422
+    assert f"[?,{xla_cpu.WIDTH}]" in wide.json()["error"]["message"]
+
+    # Feedback on 6 distinct configs, then the ranking adapts to them.
+    fed = list(range(6))
+    body: dict[str, Any] = {
+        "model": MODEL, "graph_id": gid,
+        "configs": sample.configs[fed].tolist(),
+        "runtimes_ns": [int(r) for r in sample.runtimes[fed]],
+    }  # fmt: skip
+    stored = await client.post("/v1/feedback", json=body)
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["stored"] == 6 and stored.json()["kendall_tau"] is not None
+    again = await client.post(
+        f"/v1/rank?model={MODEL}", content=path.read_bytes(), headers=NPZ
+    )
+    assert again.status_code == 200 and again.json()["adapted"] == 6
+
+
+def test_replay_plays_xla_cpu_files(
+    tmp_path: Path, artifact: Path, xla_cpu_files: dict[str, list[Path]]
+) -> None:
+    models = tmp_path / "models"
+    shutil.copytree(artifact, models / MODEL / "1")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COSTMODEL_MODELS": MODEL,
+           "COSTMODEL_MODEL_DIR": str(models), "COSTMODEL_DATA_DIR": str(tmp_path / "data")}  # fmt: skip
+    server = ServiceProcess(free_port(), env, tmp_path / "service.log")
+    server.start()
+    try:
+        with CostModelClient(server.url) as client:
+            report = Replayer(client, Budget(count=4), rounds=2).run(
+                xla_cpu_files["valid"]
+            )
+    finally:
+        server.stop()
+    assert not report.skipped and len(report.graphs) == 2
+    for graph in report.graphs:
+        assert (graph.collection, graph.model) == ("xla_cpu", MODEL)
+        assert graph.feedback_stored == 8 and graph.adapted == 4  # 2 rounds of 4
+        assert graph.score.speedup_vs_default is not None  # config 0, the default
+        assert graph.rounds is not None and graph.rounds[-1].measured == 8
+        assert graph.rounds[-1].kendall_tau_unmeasured is not None
