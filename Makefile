@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: serve test test-fast lint train bench bench-quick learning-curve redis-server postgresql clean
+.PHONY: serve test test-fast lint train bench bench-quick learning-curve collect train-xla-cpu xla-tuning redis-server postgresql clean
 
 # The service needs no torch: `make serve` installs the runtime dependencies only.
 $(VENV)/.serve-deps: pyproject.toml
@@ -18,7 +18,7 @@ $(VENV)/.serve-deps: pyproject.toml
 $(VENV)/.all-deps: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[service,train,test,bench,dev]'
+	$(BIN)/python -m pip install -q -e '.[service,train,test,bench,dev,xla]'
 	touch $@ $(VENV)/.serve-deps
 
 serve: $(VENV)/.serve-deps
@@ -63,6 +63,22 @@ bench-quick: $(VENV)/.all-deps redis-server
 # starts redis-server, PostgreSQL and services): benchmarks/results/learning_curve.*
 learning-curve: $(VENV)/.all-deps redis-server postgresql
 	$(BIN)/python -m xla_costmodel.benchmarks.learning
+
+# The xla_cpu dataset: zoo programs x 100 sampled XLA:CPU option sets, measured on
+# this machine (resumable; progress in datasets/xla_cpu/progress.log), then its datasheet.
+collect: $(VENV)/.all-deps
+	$(BIN)/costmodel collect --configs 100 --time-budget 4200 --out datasets/xla_cpu
+	$(BIN)/python -m xla_costmodel.clients.xla.datasheet datasets/xla_cpu
+
+# The xla_cpu model from datasets/xla_cpu: leave-families-out cross-validation, then
+# trained on every program: models/artifacts/xla_cpu/1 (CV metrics in its manifest).
+train-xla-cpu: $(VENV)/.all-deps
+	$(BIN)/python -m xla_costmodel.models.xla_cpu_recipe
+
+# Tuning simulated on held-out families with the CV fold models (K = 4, 8, 16) vs
+# random, the best fixed option set and the oracle: benchmarks/results/xla_tuning.*
+xla-tuning: $(VENV)/.all-deps
+	$(BIN)/python -m xla_costmodel.benchmarks.xla_tuning
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

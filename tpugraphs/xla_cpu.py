@@ -32,7 +32,10 @@ comparing the optimized HLO with the default compile's (identical for the set ab
 that changed neither the optimized HLO nor the runtime in our probes
 (``xla_cpu_max_isa``, ``xla_cpu_prefer_vector_width``, ``xla_cpu_use_xnnpack``, the
 xnn fusion options) are left out, and so is ``xla_cpu_enable_fast_math``, which
-changes numerics. ``sample(n, seed)`` draws n distinct rows, row 0 the default.
+changes numerics. ``sample(n, seed)`` draws n distinct rows, row 0 the default; it
+never draws ``ynn_eltwise`` together with ``disable_algsimp``: with jaxlib 0.10.2 that
+pair made XLA:CPU segfault (compiling or running) on 3 of 10 such configs for keras
+ResNet50, which a tuner could not use anyway. ``to_options`` still encodes it.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ _YNN = slice(0, 5)
 _PASSES = slice(5, 12)
 _SCHED = slice(12, 15)
 _EMITTERS = 15
+_ELTWISE = 1
+_ALGSIMP = 7
 _REGION = 16
 KNOWN_KEYS: Final = frozenset(
     {YNN_KEY, PASSES_KEY, SCHEDULER_KEY, EMITTERS_KEY, REGION_KEY}
@@ -178,7 +183,7 @@ def sample(n: int, seed: int) -> F32:
     ynn type with p=0.5, each pass disabled with p=0.2, the scheduler uniformly,
     fusion emitters off with p=0.25, region analysis on with p=0.3.
     """
-    space = 2**5 * 2**7 * 3 * 2 * 2
+    space = 2**5 * 2**7 * 3 * 2 * 2 * 3 // 4  # less the eltwise + no-algsimp quarter
     if not 1 <= n <= space:
         raise ValueError(f"n must be in [1, {space}], got {n}")
     rng = np.random.default_rng(seed)
@@ -191,6 +196,8 @@ def sample(n: int, seed: int) -> F32:
         row[_SCHED.start + int(rng.integers(3))] = 1.0
         row[_EMITTERS] = rng.random() >= 0.25
         row[_REGION] = rng.random() < 0.3
+        if row[_ELTWISE] and row[_ALGSIMP]:
+            continue  # segfaults XLA:CPU on some programs (see the module docstring)
         if row.tobytes() not in seen:
             seen.add(row.tobytes())
             rows.append(row)

@@ -24,6 +24,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "service": ("fastapi", "uvicorn", "onnxruntime", "sqlalchemy", "pydantic_settings"),
     "train": ("torch", "onnx", "onnxruntime"),
     "bench": ("matplotlib", "fastapi", "onnxruntime"),
+    "xla": ("jax", "keras"),
 }
 # command name -> ("module:function", extra)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -34,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("xla_costmodel.clients.cli:replay", ""),
     "featurize": ("xla_costmodel.tpugraphs.hlo.cli:featurize", ""),
     "bench": ("xla_costmodel.benchmarks.cli:bench", "bench"),
+    "collect": ("xla_costmodel.clients.xla.collect:collect", "xla"),
+    "tune": ("xla_costmodel.clients.xla.tune_cli:tune", "xla"),
 }
 # group name -> (help, {command name -> ("module:function", extra)})
 GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {

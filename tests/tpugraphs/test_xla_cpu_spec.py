@@ -116,3 +116,15 @@ def test_sample_is_distinct_default_first_and_deterministic() -> None:
     )
     with pytest.raises(ValueError, match="n must be"):
         xla_cpu.sample(0, seed=0)
+
+
+def test_sample_avoids_the_pair_that_crashes_xla_but_it_still_encodes() -> None:
+    rows = xla_cpu.sample(2000, seed=1)
+    eltwise = rows[:, xla_cpu.COLUMNS.index("ynn_eltwise")] == 1
+    no_algsimp = rows[:, xla_cpu.COLUMNS.index("disable_algsimp")] == 1
+    assert eltwise.any() and no_algsimp.any() and not (eltwise & no_algsimp).any()
+    row = xla_cpu.default_row()
+    row[
+        [xla_cpu.COLUMNS.index("ynn_eltwise"), xla_cpu.COLUMNS.index("disable_algsimp")]
+    ] = 1
+    np.testing.assert_array_equal(xla_cpu.from_options(xla_cpu.to_options(row)), row)

@@ -1,0 +1,128 @@
+"""``costmodel collect``: measure zoo programs under sampled XLA:CPU option sets.
+
+Per program: build, lower, featurize the pre-optimization HLO, compile the sampled
+configs (``xla_cpu.sample(n, seed)``, the same rows for every program, row 0 the
+default) plus separately compiled default controls, then measure all of them with the
+interleaved protocol of ``measure.py``. A program whose controls disagree beyond the
+threshold is measured again, and dropped (recorded in its sidecar) if they still do.
+Compile errors are recorded per config. Output per program: ``<name>.npz``
+(TpuGraphs, ``config_spec="xla_cpu/1"``), ``<name>.hlo.txt``, ``<name>.json``.
+
+The process pins itself to one CPU before jax starts (so XLA:CPU's thread pool has
+one thread there); compile worker threads may use every CPU. jax is imported only
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from xla_costmodel.clients.xla import record
+from xla_costmodel.clients.xla.measure import Protocol
+from xla_costmodel.clients.xla.zoo import Program, select
+
+Log = Callable[[str], None]
+
+
+def collect(
+    out: Path = typer.Option(..., "--out", help="Output folder (resumable)."),
+    programs: str = typer.Option(
+        "",
+        "--programs",
+        help="Comma-separated program names or families (default all).",
+    ),
+    configs: int = typer.Option(100, "--configs", help="Sampled configs per program."),
+    time_budget: float = typer.Option(
+        4500.0, "--time-budget", help="Seconds for the whole run; shortens rounds."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Config sample and visit-order seed."),
+    controls: int = typer.Option(2, "--controls", help="Extra default compiles."),
+    runs: int = typer.Option(3, "--runs", help="Timed runs per visit."),
+    max_rounds: int = typer.Option(5, "--max-rounds"),
+    cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (-1: the last allowed)."),
+    pin: bool = typer.Option(
+        True, "--pin/--no-pin", help="Pin measurement to one CPU."
+    ),
+    restarts: int = typer.Option(
+        60, "--restarts", help="Restarts of a worker that crashed (segfault)."
+    ),
+    worker: bool = typer.Option(False, "--worker", hidden=True),
+) -> None:
+    """Collect an xla_cpu/1 dataset: real programs, compiled and measured here."""
+    try:
+        chosen = select([p for p in programs.split(",") if p])
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+    if not worker:
+        # Some option sets crash XLA itself: the work runs in a child process, which
+        # is restarted after a crash and leaves the crashing config out (probe.py).
+        argv = [
+            "collect", "--out", str(out), "--programs", programs, "--configs", str(configs),
+            "--time-budget", str(time_budget), "--seed", str(seed), "--controls", str(controls),
+            "--runs", str(runs), "--max-rounds", str(max_rounds), "--cpu", str(cpu),
+            "--pin" if pin else "--no-pin", "--worker",
+        ]  # fmt: skip
+        raise typer.Exit(supervise(argv, restarts, make_log(out / "progress.log")))
+    from xla_costmodel.clients.xla.runner import run_collection
+
+    all_cpus = sorted(os.sched_getaffinity(0))
+    pinned = pin_to(cpu if cpu >= 0 else all_cpus[-1]) if pin else all_cpus
+    protocol = Protocol(runs=runs, max_rounds=max(3, max_rounds))
+    run_collection(
+        chosen, out, configs=configs, seed=seed, protocol=protocol,
+        time_budget=time_budget, controls=controls, compile_cpus=all_cpus,
+        pinned=pinned,
+    )  # fmt: skip
+
+
+def supervise(argv: list[str], restarts: int, log: Log) -> int:
+    """Run ``costmodel *argv`` in a child process, again after each crash (signal)."""
+    code = "from xla_costmodel.cli import main; main()"
+    for attempt in range(restarts + 1):
+        rc = subprocess.run([sys.executable, "-c", code, *argv], check=False).returncode
+        if rc >= 0:  # finished, or failed in Python (a bug: restarting would not help)
+            return rc
+        log(f"worker killed by signal {-rc} (start {attempt + 1}); restarting")
+    return 1
+
+
+def pin_to(cpu: int) -> list[int]:
+    """Pin this process (threads started later inherit it) to ``cpu``."""
+    os.sched_setaffinity(0, {cpu})
+    return [cpu]
+
+
+def make_log(path: Path) -> Log:
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}"
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+    return log
+
+
+def pending(programs: Sequence[Program], out: Path) -> list[Program]:
+    """Programs without a sidecar in ``out`` (a resumed run skips the others)."""
+    return [p for p in programs if not record.is_done(out, p.name)]
+
+
+def summary_line(side: dict[str, Any]) -> str:
+    if side["status"] != "ok":
+        return f"{side['name']}: {side['status']} ({side.get('reason', '')})"
+    return (
+        f"{side['name']}: default {side['default_ms']:.2f} ms, best/default "
+        f"{side['best_over_default']:.3f}, noise {side['noise']:.3f}, "
+        f"{side['configs_measured']} configs, {len(side['compile_failures'])} failed, "
+        f"{side['rounds']} rounds, {side['phase_s']['total']:.0f} s"
+    )

@@ -1,0 +1,136 @@
+"""Compiling every config and running each once, surviving configs that crash XLA.
+
+Some option sets make XLA:CPU emit code that segfaults (in the compiler or when the
+executable first runs): that kills the process, so it cannot be caught. Every compile
+and first run is therefore bracketed in an on-disk journal (``.<name>.journal``,
+fsync'ed); ``costmodel collect`` runs its work in a child process and restarts it
+after a crash, and the restarted worker finds the entry that began but never ended,
+records it as crashed and leaves it out. The first run also compares each config's
+output with the default's (``max_rel_diff``), so a miscompile shows in the sidecar.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+# Controls: the default config, spelled so jax's compile cache (keyed by the options
+# dict) compiles it anew; each names a spec option at its default value.
+CONTROL_OPTIONS: tuple[dict[str, Any], ...] = (
+    {"xla_cpu_use_fusion_emitters": True},
+    {"xla_disable_hlo_passes": ""},
+    {"xla_cpu_copy_insertion_use_region_analysis": False},
+)
+CRASHED = "crashed the process (compile or first run); left out after a restart"
+
+
+class Journal:
+    """Append-only record of begun/ended steps: ``c k``/``C k`` compile, ``r k``/``R k`` run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines = path.read_text().split("\n") if path.exists() else []
+
+    def crashed(self) -> set[int]:
+        """Entries a previous process began and never finished."""
+        open_steps: dict[str, set[int]] = {"c": set(), "r": set()}
+        out: set[int] = set()
+        for line in self.lines:
+            tag, _, k = line.partition(" ")
+            if tag == "attempt":
+                out |= open_steps["c"] | open_steps["r"]
+                open_steps = {"c": set(), "r": set()}
+            elif tag in ("c", "r"):
+                open_steps[tag].add(int(k))
+            elif tag in ("C", "R"):
+                open_steps[tag.lower()].discard(int(k))
+        return out | open_steps["c"] | open_steps["r"]
+
+    def attempts(self) -> int:
+        return sum(line == "attempt " for line in self.lines)
+
+    def mark(self, tag: str, k: int | str = "") -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{tag} {k}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.lines.append(f"{tag} {k}")
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def compile_one(lowered: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    start = time.monotonic()
+    try:
+        executable = lowered.compile(compiler_options=dict(options))
+        digest = hashlib.sha1(executable.as_text().encode()).hexdigest()[:12]
+        error = None
+    except Exception as exc:  # XLA raises its own types; every one is a data point
+        executable, digest = None, None
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+    return {"executable": executable, "error": error, "sha1": digest,
+            "seconds": time.monotonic() - start, "crashed": False}  # fmt: skip
+
+
+def compile_and_probe(
+    lowered: Any,
+    options: Sequence[Mapping[str, Any]],
+    args: tuple[Any, ...],
+    journal: Journal,
+    compile_cpus: Sequence[int] | None,
+) -> list[dict[str, Any]]:
+    """Compile each option set (entry 0 the default), then run each once.
+
+    A crashed entry (per the journal) is neither compiled nor run. Returns one dict
+    per entry: executable (None when it failed), error, sha1 of the optimized HLO,
+    compile seconds, crashed, and ``max_rel_diff`` of its output against entry 0's.
+    """
+    crashed = journal.crashed()
+    pinned = os.sched_getaffinity(0)
+    if compile_cpus:  # compiling may use every CPU; running stays pinned
+        os.sched_setaffinity(0, set(compile_cpus))
+    try:
+        entries: list[dict[str, Any]] = []
+        for k, opts in enumerate(options):
+            if k in crashed:
+                entries.append({"executable": None, "error": CRASHED, "sha1": None,
+                                "seconds": 0.0, "crashed": True})  # fmt: skip
+                continue
+            journal.mark("c", k)
+            entries.append(compile_one(lowered, opts))
+            journal.mark("C", k)
+    finally:
+        os.sched_setaffinity(0, pinned)
+    reference: list[np.ndarray[Any, Any]] | None = None
+    for k, entry in enumerate(entries):
+        if entry["executable"] is None:
+            continue
+        journal.mark("r", k)
+        leaves = [np.asarray(x) for x in jax.tree.leaves(entry["executable"](*args))]
+        journal.mark("R", k)
+        if k == 0:
+            reference = leaves
+        entry["max_rel_diff"] = (
+            None if reference is None else _rel_diff(leaves, reference)
+        )
+    return entries
+
+
+def _rel_diff(
+    leaves: list[np.ndarray[Any, Any]], reference: list[np.ndarray[Any, Any]]
+) -> float:
+    worst = 0.0
+    for a, b in zip(leaves, reference, strict=True):
+        b64 = b.astype(np.float64)
+        scale = float(np.max(np.abs(b64))) if b64.size else 0.0
+        diff = float(np.max(np.abs(a.astype(np.float64) - b64))) if b64.size else 0.0
+        worst = max(worst, diff / max(scale, 1e-30))
+    return worst if np.isfinite(worst) else float("inf")

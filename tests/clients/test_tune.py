@@ -1,0 +1,257 @@
+"""``tune`` end to end: real XLA:CPU compiles of a tiny JAX program, ranked by a live
+service (a real uvicorn process serving a tiny xla_cpu model trained here), the
+service unreachable, and ``costmodel tune`` on a file. No timing assertions.
+
+jax is required (``make test`` installs the ``xla`` extra), and torch to train the
+tiny model: without them these tests fail with a message saying so, never skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from xla_costmodel import cli
+from xla_costmodel.clients import CostModelClient, Hlo, RetryPolicy
+from xla_costmodel.clients.xla.measure import Protocol
+from xla_costmodel.clients.xla.tune import TuneConfig, autotuned, tune
+from xla_costmodel.clients.xla.tune_rounds import choose, config_key
+from xla_costmodel.tpugraphs import xla_cpu
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL: Final = "xla_cpu"
+QUICK = Protocol(runs=1, min_rounds=2, max_rounds=2, budget_s=1.0)
+REQUIRED = {"default_ms", "best_ms", "speedup", "compiler_options", "measured",
+            "strategy", "budget"}  # fmt: skip
+TINY_FILE = """
+def program():
+    import jax
+    import jax.numpy as jnp
+
+    def fn(w, x):
+        return jnp.sum(jax.nn.relu(x @ w) ** 2, axis=-1)
+
+    return fn, (jnp.ones((64, 64), jnp.float32), jnp.ones((32, 64), jnp.float32))
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jax_installed() -> None:
+    if importlib.util.find_spec("jax") is None:
+        pytest.fail(
+            "jax is not installed: pip install 'xla-costmodel[xla]' (make test does)"
+        )
+
+
+def _tiny() -> tuple[Any, tuple[Any, ...]]:
+    import jax
+    import jax.numpy as jnp
+
+    def fn(w: Any, b: Any, x: Any) -> Any:
+        return jnp.tanh(jax.nn.relu(x @ w + b) @ w.T).sum(axis=-1)
+
+    k1, k2 = jax.random.split(jax.random.key(0))
+    w = jax.random.normal(k1, (64, 128), jnp.float32) / 8
+    x = jax.random.normal(k2, (32, 64), jnp.float32)
+    return fn, (w, jnp.zeros((128,), jnp.float32), x)
+
+
+@pytest.fixture(scope="module")
+def xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real uvicorn process serving a tiny xla_cpu model trained on synthetic files."""
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.synthetic import write_tree
+    from xla_costmodel.models.train import TrainConfig, fit
+
+    root = tmp_path_factory.mktemp("tune_service")
+    train = write_tree(root / "data", MODEL, "train", 4, seed=0, num_configs=40)
+    valid = write_tree(root / "data", MODEL, "valid", 1, seed=1, num_configs=40)
+    network = ModelConfig(MODEL, hidden=8, layers=1, embed=8, scorer_hidden=8)
+    cfg = TrainConfig(MODEL, epochs=1, model=network, batch_configs=32)
+    out = root / "models" / MODEL / "1"
+    export_artifact(fit(train, valid, cfg, out.parent), out, name=MODEL)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COSTMODEL_MODELS": MODEL,
+           "COSTMODEL_MODEL_DIR": str(root / "models"),
+           "COSTMODEL_DATA_DIR": str(root / "db"), "COSTMODEL_LOG_LEVEL": "WARNING"}  # fmt: skip
+    log = (root / "service.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "xla_costmodel.service.app:app_from_env",
+         "--factory", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with CostModelClient(url) as probe:
+            deadline = time.monotonic() + 60
+            while not probe.ready():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = (root / "service.log").read_text(errors="replace")[-3000:]
+                    pytest.fail(f"the service did not become ready; its log:\n{tail}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        log.close()
+
+
+def test_tune_ranks_measures_feeds_back_and_keeps_a_sound_choice(
+    xla_cpu_service: str, tmp_path: Path
+) -> None:
+    fn, args = _tiny()
+    with CostModelClient(xla_cpu_service) as client:
+        tuned = autotuned(fn, args, 3, client=client, candidates=8, rounds=2,
+                          protocol=QUICK, crash_dir=tmp_path)  # fmt: skip
+        report = tuned.report
+        assert report.service_answered and report.model_version == "1", report.reason
+        body = json.loads(json.dumps(report.to_json()))
+        assert REQUIRED | {"noise", "rounds", "target", "model_version"} <= set(body)
+        assert body["strategy"] == "model" and body["budget"] == 3
+        assert report.default_ms > 0 and report.noise >= 0.02
+        assert [r["configs"] for r in report.rounds] == [2, 1]
+        assert len(report.measured) + len(report.failed) == 3
+        for m in report.measured:
+            assert set(m) >= {"compiler_options", "ms", "round"} and m["ms"] > 0
+            xla_cpu.from_options(m["compiler_options"])  # a valid xla_cpu/1 config
+        # Every round's measurements (the default's too) were stored by the service.
+        for r in report.rounds:
+            assert r["feedback_stored"] == r["measured"] + 1
+        # The chosen options are the default's, or a measured config that beat the
+        # default beyond the noise when measured again.
+        if report.compiler_options:
+            (entry,) = [m for m in report.measured
+                        if m["compiler_options"] == report.compiler_options]  # fmt: skip
+            assert entry["final_ms"] == report.best_ms
+            assert report.default_ms / report.best_ms > 1 + report.noise
+            assert report.speedup == pytest.approx(report.default_ms / report.best_ms)
+        else:
+            assert report.best_ms == report.default_ms and report.speedup == 1.0
+        # The service's next ranking of this graph adapts to what was fed back (from
+        # 4 distinct configs on): the default + every measured config.
+        import jax
+
+        hlo = Hlo(jax.jit(fn).lower(*args).as_text(dialect="hlo"), configurable=None)
+        again = client.rank(MODEL, hlo, xla_cpu.sample(8, 0), target=report.target)
+        distinct = 1 + len(report.measured)
+        assert again.adapted == (distinct if distinct >= 4 else 0)
+    np.testing.assert_allclose(tuned(*args), fn(*args), rtol=1e-5, atol=1e-6)
+
+
+def test_an_unreachable_service_keeps_the_default(tmp_path: Path) -> None:
+    fn, args = _tiny()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    url = f"http://127.0.0.1:{port}"
+    with CostModelClient(url, retry=RetryPolicy(max_attempts=1)) as client:
+        report = tune(fn, args, 2, client=client, candidates=8, protocol=QUICK,
+                      crash_dir=tmp_path)  # fmt: skip
+    assert report.compiler_options == {} and report.speedup == 1.0
+    assert not report.service_answered and report.measured == []
+    assert "the service did not rank" in report.reason
+    assert "kept the default" in report.reason
+    assert report.default_ms > 0 and report.best_ms == report.default_ms
+
+    alone = tune(fn, args, 2, candidates=8, protocol=QUICK, crash_dir=tmp_path)
+    assert alone.compiler_options == {} and "no client" in alone.reason
+
+
+def test_the_choice_needs_a_win_beyond_the_noise() -> None:
+    assert choose(100, [], 0.02) is None
+    assert choose(100, [99, 101], 0.02) is None  # 1% faster: within 2% noise
+    assert choose(100, [90, 95], 0.02) == 0
+    assert choose(100, [95, 90], 0.12) is None
+    with pytest.raises(ValueError, match="strategy"):
+        TuneConfig(strategy="best")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="budget"):
+        TuneConfig(budget=8, candidates=8)
+    assert TuneConfig(budget=8).plan() == [3, 3, 2]
+    assert TuneConfig(budget=2).plan() == [1, 1]
+
+
+def test_configs_that_crashed_an_earlier_run_are_left_out(tmp_path: Path) -> None:
+    fn, args = _tiny()
+    first = tune(fn, args, 1, strategy="random", candidates=8, protocol=QUICK,
+                 crash_dir=tmp_path)  # fmt: skip
+    assert first.notes == []
+    (journal,) = tmp_path.glob("*.journal")  # one per program
+    rows = xla_cpu.sample(8, 0)
+    # As a process killed while compiling rows 1-5 would have left it: begun, not ended.
+    with journal.open("a") as f:
+        f.writelines(f"c {config_key(rows[i])}\n" for i in range(1, 6))
+    again = tune(fn, args, 2, strategy="random", candidates=8, protocol=QUICK,
+                 crash_dir=tmp_path)  # fmt: skip
+    tried = [m["compiler_options"] for m in again.measured + again.failed]
+    expected = [xla_cpu.to_options(rows[i]) for i in (6, 7)]
+    assert sorted(map(str, tried)) == sorted(map(str, expected))
+    assert "left out 5 config(s) that crashed an earlier run" in again.notes[0]
+
+
+def _costmodel(*argv: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    """The command as a user runs it (it tunes in a child process of its own)."""
+    return subprocess.run(
+        [sys.executable, "-c", "from xla_costmodel.cli import main; main()", *argv],
+        capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)},
+    )  # fmt: skip
+
+
+def test_the_command_tunes_a_file_at_random(tmp_path: Path) -> None:
+    path = tmp_path / "tiny_program.py"
+    path.write_text(TINY_FILE)
+    result = _costmodel("tune", f"{path}:program", "--strategy", "random",
+                        "--budget", "2", "--candidates", "8", "--seed", "1", "--json",
+                        cache=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert set(body) >= REQUIRED
+    assert (body["strategy"], body["budget"], body["seed"]) == ("random", 2, 1)
+    assert not body["service_answered"] and body["default_ms"] > 0
+    assert len(body["measured"]) + len(body["failed"]) == 2
+    measured = [m["compiler_options"] for m in body["measured"]]
+    assert body["compiler_options"] == {} or body["compiler_options"] in measured
+    assert all(m["ms"] > 0 for m in body["measured"])
+    assert list(tmp_path.glob("costmodel/tune/*.journal"))  # under XDG_CACHE_HOME
+
+    bad = _costmodel("tune", f"{path}:no_such", cache=tmp_path)
+    assert bad.returncode == 2 and "no_such" in bad.stderr
+
+
+def test_the_command_is_registered_and_names_its_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert cli.COMMANDS["tune"] == ("xla_costmodel.clients.xla.tune_cli:tune", "xla")
+    monkeypatch.setitem(cli.EXTRAS, "xla", ("no_such_module_for_this_test",))
+    result = CliRunner().invoke(cli.build_app(), ["tune", "f.py:g", "--json"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "costmodel tune needs the xla extra: pip install 'xla-costmodel[xla]'"
+    ]
+
+
+def test_importing_the_tuner_loads_no_jax() -> None:
+    code = (
+        "import sys, xla_costmodel.clients, xla_costmodel.clients.xla.tune, "
+        "xla_costmodel.clients.xla.tune_cli; "
+        "print(sorted(m for m in ('jax', 'jaxlib', 'keras') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
