@@ -1,0 +1,134 @@
+"""The xla_cpu recipe on a tiny hand-made collection: folds hold out whole families,
+and the fixed-config baseline is chosen on the training families only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from modelkit import tiny_config
+
+from xla_costmodel.models import xla_cpu_recipe as recipe
+from xla_costmodel.models.synthetic import make_xla_cpu_arrays, write_npz
+from xla_costmodel.tpugraphs import xla_cpu
+
+CONFIGS = 12
+# Family "a" is fastest under row 3 (10x), "b" and "c" under row 5 (1.25x). Over all
+# six programs row 3 has the best geometric mean; over b and c alone, row 5 does.
+FAVOURITE = {"a": (3, 0.1), "b": (5, 0.8), "c": (5, 0.8)}
+
+
+def write_program(root: Path, name: str, family: str, seed: int) -> None:
+    arrays = make_xla_cpu_arrays(num_nodes=20, num_configs=CONFIGS, seed=0)
+    arrays["config_feat"] = xla_cpu.sample(CONFIGS, 0)  # the same rows everywhere
+    rng = np.random.default_rng(seed)
+    runtime = 1e6 * rng.uniform(1.0, 1.2, CONFIGS)
+    runtime[0] = 1e6
+    row, ratio = FAVOURITE[family]
+    runtime[row] = ratio * 1e6
+    runtime = runtime.astype(np.int64)
+    arrays["config_runtime"] = runtime
+    arrays["config_runtime_normalizers"] = np.full(CONFIGS, runtime[0], np.int64)
+    write_npz(root / f"{name}.npz", arrays)
+    side = {"name": name, "family": family, "status": "ok", "noise": 0.02,
+            "round_min_ns": np.stack([runtime, runtime + 1000], 1).tolist(),
+            "machine": {"cpu_model": "AMD EPYC", "cpu_family": "26",
+                        "cpu_model_id": "2", "isa_flags": ["avx", "avx2", "avx512f"]}}  # fmt: skip
+    (root / f"{name}.json").write_text(json.dumps(side))
+
+
+@pytest.fixture
+def collection(tmp_path: Path) -> Path:
+    for family in FAVOURITE:
+        for i in range(2):
+            write_program(tmp_path, f"{family}{i}", family, seed=ord(family) * 10 + i)
+    (tmp_path / "dropped.json").write_text(
+        json.dumps({"name": "d", "status": "dropped"})
+    )
+    return tmp_path
+
+
+def test_programs_come_from_the_sidecars(collection: Path) -> None:
+    programs = recipe.load_programs(collection)
+    assert [p.name for p in programs] == ["a0", "a1", "b0", "b1", "c0", "c1"]
+    assert recipe.families(programs) == ["a", "b", "c"]
+    assert programs[0].round_min is not None and programs[0].noise == 0.02
+
+
+def test_the_fixed_config_is_the_training_programs_best_by_geometric_mean(
+    collection: Path,
+) -> None:
+    programs = recipe.load_programs(collection)
+    sample = xla_cpu.sample(CONFIGS, 0)
+    row, geomean = recipe.fixed_row(programs)  # everything: row 3 wins
+    assert np.array_equal(row, sample[3]) and geomean < 1
+    row, _ = recipe.fixed_row([p for p in programs if p.family != "a"])
+    assert np.array_equal(row, sample[5])
+
+
+def test_a_row_some_training_program_lacks_is_never_the_fixed_config(
+    collection: Path,
+) -> None:
+    programs = recipe.load_programs(collection)
+    b0 = next(p for p in programs if p.name == "b0")
+    keep = np.arange(CONFIGS) != 5
+    trimmed = recipe.Program(b0.name, b0.family, b0.path, b0.configs[keep],
+                             b0.runtimes[keep], b0.noise, None)  # fmt: skip
+    train = [trimmed, *(p for p in programs if p.family == "c")]
+    row, _ = recipe.fixed_row(train)
+    assert not np.array_equal(row, xla_cpu.sample(CONFIGS, 0)[5])
+    assert (
+        recipe.fixed_runtime(trimmed, xla_cpu.sample(CONFIGS, 0)[5]) == b0.runtimes[0]
+    )
+
+
+def test_cross_validation_holds_out_whole_families(
+    collection: Path, tmp_path: Path
+) -> None:
+    programs = recipe.load_programs(collection)
+    cfg = tiny_config("xla_cpu", epochs=1, early_stopping=False)
+    folds = recipe.cross_validate(programs, cfg, tmp_path / "runs")
+    assert [f.family for f in folds] == ["a", "b", "c"]
+    for fold in folds:
+        held = {p.name for p in programs if p.family == fold.family}
+        assert set(fold.scores) == held and not held & set(fold.train)
+        assert len(fold.train) == len(programs) - len(held)
+    sample = xla_cpu.sample(CONFIGS, 0)
+    # The fold holding out "a" never saw a's row-3 programs: it picks row 5 and so
+    # loses to the default's best on a (a peek at the held-out family would pick 3).
+    assert np.array_equal(folds[0].fixed_row, sample[5])
+    report = recipe.cv_report(programs, folds, cfg)
+    a0 = next(r for r in report["graphs"] if r["graph"] == "a0")
+    assert a0["fixed"]["top1_slowdown"] == pytest.approx(
+        recipe.fixed_runtime(programs[0], sample[5]) / 0.1e6 - 1, rel=1e-6
+    )
+    assert a0["fixed"]["top1_slowdown"] > 5
+    for key in ("kendall_tau", "top1_slowdown", "top5_slowdown", "top10_slowdown"):
+        assert key in report["mean"] and key in a0
+        for baseline in ("default", "random", "fixed"):
+            assert key in report["baselines"][baseline]
+    assert set(report["families"]) == {"a", "b", "c"}
+    assert report["validation"]["method"] == "leave-families-out"
+    assert "top1" in recipe.format_cv(report)
+    # A second run with the same data and recipe reuses the cached folds.
+    again = recipe.cross_validate(programs, cfg, tmp_path / "runs")
+    assert [f.scores for f in again] == [f.scores for f in folds]
+
+
+def test_the_target_is_the_sidecars_cpu(collection: Path) -> None:
+    assert recipe.sidecar_target(collection) == "cpu-amd-26.2-avx512"
+
+
+def test_the_tuner_keeps_the_default_unless_beaten_beyond_noise(
+    collection: Path,
+) -> None:
+    from xla_costmodel.benchmarks import xla_tuning
+
+    program = recipe.load_programs(collection)[2]  # b0: row 5 at 0.8x
+    assert xla_tuning.keep(program, {0: 100.0, 5: 99.0}) == 0  # within 2% noise
+    assert xla_tuning.keep(program, {0: 100.0, 5: 80.0}) == 5
+    scores = np.where(np.arange(CONFIGS) == 5, -1.0, 0.0)  # the model likes row 5
+    chosen = xla_tuning.tune_model(program, scores, 4, lambda i: program.runtimes[i])
+    assert chosen == 5
