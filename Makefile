@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: serve test test-fast lint train bench bench-quick learning-curve collect train-xla-cpu xla-tuning redis-server postgresql clean
+.PHONY: serve test test-fast lint train bench bench-quick kserve-venv chaos learning-curve collect train-xla-cpu xla-tuning redis-server postgresql clean
 
 # The service needs no torch: `make serve` installs the runtime dependencies only.
 $(VENV)/.serve-deps: pyproject.toml
@@ -42,7 +42,7 @@ postgresql:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 	@$(PG_INITDB) || { echo "postgresql (initdb) missing"; exit 1; }
 
-test: $(VENV)/.all-deps redis-server postgresql
+test: $(VENV)/.all-deps redis-server postgresql kserve-venv
 	$(BIN)/pytest
 
 lint: $(VENV)/.all-deps
@@ -53,11 +53,26 @@ lint: $(VENV)/.all-deps
 train: $(VENV)/.all-deps
 	$(BIN)/python -m xla_costmodel.models.shipped
 
-bench: $(VENV)/.all-deps redis-server
+# The bench's peer, KServe 0.21, in a virtualenv of its own: it pins protobuf < 7.
+KSERVE_VENV := .venv-kserve
+$(KSERVE_VENV)/.deps:
+	test -x $(KSERVE_VENV)/bin/python || $(PYTHON) -m venv $(KSERVE_VENV)
+	$(KSERVE_VENV)/bin/python -m pip install -q kserve==0.21.0 onnxruntime numpy
+	touch $@
+
+kserve-venv: $(KSERVE_VENV)/.deps
+
+bench: $(VENV)/.all-deps redis-server kserve-venv
 	$(BIN)/costmodel bench
 
-bench-quick: $(VENV)/.all-deps redis-server
+bench-quick: $(VENV)/.all-deps redis-server kserve-venv
 	$(BIN)/costmodel bench --quick
+
+# Faults under load (Redis paused and killed, PostgreSQL restarted, model reloads good
+# and corrupt, overload), then a 10-minute soak: docs/chaos.md. Exits 1 if acknowledged
+# feedback is missing from the database. `make chaos CHAOS_FLAGS=--quick`: ~3 minutes.
+chaos: $(VENV)/.all-deps redis-server postgresql
+	$(BIN)/costmodel chaos $(CHAOS_FLAGS)
 
 # Per-graph adaptation measured end to end (trains leave-one-kernel-out tile models,
 # starts redis-server, PostgreSQL and services): benchmarks/results/learning_curve.*

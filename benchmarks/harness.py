@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from xla_costmodel.benchmarks import inproc, layout_phase, torch_eager
+from xla_costmodel.benchmarks import inproc, layout_phase, peers_phase, torch_eager
 from xla_costmodel.benchmarks.data import (
     REPO,
     TileWorkload,
@@ -188,6 +188,12 @@ def served(
         log("http: 10,000 tile configs, binary and JSON; latency sweep")
         out.update(http_figures(plan, ranker, graphs[0], tile.main_configs, sweep))
         out["server_rss_mb_after_http"] = rss_mb(server.pid)
+        log("peers: raw onnxruntime, ours, KServe; fixed cost; 1 vs 2 workers")
+        peers = peers_phase.peer_figures(
+            plan, latest(opts.model_dir, opts.tile_model), tile.main.graph,
+            tile.main_configs, server.url, server_env(opts, redis.url), workdir, log,
+        )  # fmt: skip
+        out.update(peers)
         log("layout: cold, cached, all configs, Redis hit")
         out.update(layout_figures(plan, opts, layout, server.url, redis, workdir))
         log(f"load: {plan.load.clients} clients for {plan.load.seconds:.0f} s")

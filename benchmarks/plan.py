@@ -32,6 +32,13 @@ class Plan:
     layout_redis: Budget
     layout_all: Budget
     load: LoadSpec
+    # Ours vs KServe vs raw onnxruntime (peers_phase): sizes, latency repeats,
+    # clients and seconds per (server, size) throughput step, workers-table sizes.
+    peer_sizes: tuple[int, ...]
+    peer_latency: Budget
+    peer_clients: int
+    peer_load_seconds: float
+    worker_sizes: tuple[int, ...]
 
 
 FULL = Plan(
@@ -50,6 +57,11 @@ FULL = Plan(
     layout_redis=Budget(15, 10.0),
     layout_all=Budget(5, 30.0),
     load=LoadSpec(clients=8, seconds=60.0, configs=1_000, max_requests=100_000),
+    peer_sizes=(1, 64, 1_000, 10_000),
+    peer_latency=Budget(50, 4.0),
+    peer_clients=8,
+    peer_load_seconds=5.0,
+    worker_sizes=(64, 10_000),
 )
 
 QUICK = replace(
@@ -65,6 +77,8 @@ QUICK = replace(
     layout_redis=Budget(5, 2.0),
     layout_all=Budget(2, 5.0),
     load=LoadSpec(clients=8, seconds=6.0, configs=1_000, max_requests=20_000),
+    peer_latency=Budget(15, 1.5),
+    peer_load_seconds=1.5,
 )
 
 # Tiny sizes for the test suite: every phase and process, none of the waiting.
@@ -85,6 +99,11 @@ SMOKE = replace(
     layout_redis=Budget(1, 0.5),
     layout_all=Budget(1, 1.0),
     load=LoadSpec(clients=2, seconds=0.5, configs=50, max_requests=40),
+    peer_sizes=(1, 64),
+    peer_latency=Budget(2, 0.5),
+    peer_clients=2,
+    peer_load_seconds=0.3,
+    worker_sizes=(),
 )
 
 PLANS: dict[Mode, Plan] = {"full": FULL, "quick": QUICK, "smoke": SMOKE}

@@ -192,9 +192,12 @@ class ServiceServer(ManagedProcess):
     name = "uvicorn"
     ready_timeout_s = 90.0
 
-    def __init__(self, workdir: Path, settings_env: Mapping[str, str]) -> None:
+    def __init__(
+        self, workdir: Path, settings_env: Mapping[str, str], workers: int = 1
+    ) -> None:
         super().__init__(workdir)
         self.settings_env = dict(settings_env)
+        self.workers = workers  # uvicorn processes (the peers phase tries 1 and 2)
 
     @property
     def url(self) -> str:
@@ -203,7 +206,7 @@ class ServiceServer(ManagedProcess):
     def command(self) -> list[str]:
         return [sys.executable, "-m", "uvicorn", "--factory",
                 "xla_costmodel.service.app:app_from_env", "--host", LOOPBACK,
-                "--port", str(self.port), "--workers", "1",
+                "--port", str(self.port), "--workers", str(self.workers),
                 "--log-level", "warning", "--no-access-log"]  # fmt: skip
 
     def env(self) -> Mapping[str, str]:

@@ -30,6 +30,13 @@ KEYS: dict[str, tuple[str, str]] = {
     "http_binary_configs_per_s": ("configs/s", "POST /v1/rank, npz body, real client"),
     "http_json_configs_per_s": ("configs/s", "POST /v1/rank, JSON body, real client"),
     "http_over_raw": ("x", "http_binary / raw"),
+    "peer_kserve_configs_per_s": (
+        "configs/s",
+        "KServe 0.21, same scorer, v2 REST binary tensors",
+    ),
+    "ours_over_kserve": ("x", "http_binary / peer_kserve"),
+    "empty_route_ms": ("ms", "GET /livez round trip, keep-alive"),
+    "rank_1_config_ms": ("ms", "POST /v1/rank of 1 config, real client"),
     "binary_over_json": ("x", "http_binary / http_json"),
     "layout_cold_ms": ("ms", "nlp graph, 64 configs, empty caches"),
     "layout_cached_ms": ("ms", "nlp graph, 64 configs, embedding cached in process"),
@@ -66,10 +73,28 @@ GOALS: dict[str, Goal] = {
     "cache_speedup": Goal(">= 20", lambda r: _num(r, "cache_speedup") >= 20),
     "encoder_ms_nlp": Goal("< 1000", lambda r: _num(r, "encoder_ms_nlp") < 1000),
     "load_errors": Goal("== 0", lambda r: _num(r, "load_errors") == 0),
+    # The "serving at scale" issue's goals: against a peer and against fixed costs.
+    "ours_over_kserve": Goal(">= 3", lambda r: _num(r, "ours_over_kserve") >= 3),
+    "ours_over_kserve_every_size": Goal(
+        ">= 3 under load at every size",
+        lambda r: _every_size_ratio(r) >= 3,
+    ),
+    "rank_1_config_ms": Goal(
+        "<= 1.5 x empty_route",
+        lambda r: _num(r, "rank_1_config_ms") <= 1.5 * _num(r, "empty_route_ms"),
+    ),
+    "http_over_raw_at_scale": Goal(">= 0.4", lambda r: _num(r, "http_over_raw") >= 0.4),
     "load_p99_ms": Goal(
         "<= 3 x p50", lambda r: _num(r, "load_p99_ms") <= 3 * _num(r, "load_p50_ms")
     ),
 }
+
+
+def _every_size_ratio(result: Mapping[str, Any]) -> float:
+    """The smallest ours / KServe throughput ratio over the peers phase's sizes."""
+    ratios = result.get("ours_over_kserve_by_size") or {}
+    values = [v for v in ratios.values() if isinstance(v, int | float)]
+    return min(values) if values and len(values) == len(ratios) else math.nan
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -89,17 +114,33 @@ def add_ratios(result: dict[str, Any]) -> None:
     result["cache_speedup"] = ratio(
         result.get("layout_cold_ms"), result.get("layout_cached_ms")
     )
+    result["ours_over_kserve"] = ratio(
+        result.get("http_binary_configs_per_s"), result.get("peer_kserve_configs_per_s")
+    )
+    rates = result.get("peer_throughput_configs_per_s") or {}
+    result["ours_over_kserve_by_size"] = {
+        size: ratio(row.get("ours"), row.get("kserve")) for size, row in rates.items()
+    }
     result["goals"] = {key: goal.check(result) for key, goal in GOALS.items()}
+
+
+# Null (with ``peer_kserve_note`` saying why) when KServe's virtualenv cannot be made.
+PEER_KEYS = frozenset({"peer_kserve_configs_per_s", "ours_over_kserve"})
 
 
 def missing_keys(result: Mapping[str, Any]) -> list[str]:
     """Keys absent or not numbers. The torch figure may be null, with the reason in
-    ``torch_eager_note``: torch not installed, or no checkpoint of the served model."""
+    ``torch_eager_note``: torch not installed, or no checkpoint of the served model;
+    the KServe figures likewise, with ``peer_kserve_note``."""
     bad = []
     for key in KEYS:
         value = result.get(key)
         if key == "torch_eager_configs_per_s" and value is None:
             if not result.get("torch_eager_note"):
+                bad.append(key)
+            continue
+        if key in PEER_KEYS and value is None:
+            if not result.get("peer_kserve_note"):
                 bad.append(key)
             continue
         if not isinstance(value, int | float) or isinstance(value, bool):
@@ -139,10 +180,39 @@ def table(result: Mapping[str, Any]) -> Table:
     return t
 
 
+def peer_tables(result: Mapping[str, Any]) -> list[Table]:
+    """Latency and throughput per batch size (raw, ours, KServe); 1 vs 2 workers."""
+    clients = result.get("peer_clients")
+    t = Table(title=f"ours vs KServe vs raw onnxruntime ({clients} clients)")
+    for col in ("configs", "raw ms", "ours ms", "kserve ms", "raw cfg/s",
+                "ours cfg/s", "kserve cfg/s", "ours/kserve"):  # fmt: skip
+        t.add_column(col, justify="right")
+    latency = result.get("peer_latency_ms") or {}
+    rates = result.get("peer_throughput_configs_per_s") or {}
+    ratios = result.get("ours_over_kserve_by_size") or {}
+    for size, row in latency.items():
+        rate = rates.get(size, {})
+        t.add_row(size, *(_fmt(row.get(k)) for k in ("raw", "ours", "kserve")),
+                  *(_fmt(rate.get(k)) for k in ("raw", "ours", "kserve")),
+                  _fmt(ratios.get(size)))  # fmt: skip
+    w = Table(
+        title=f"our service, configs/s under {clients} clients, by uvicorn workers"
+    )
+    rows = result.get("workers_table") or []
+    sizes = [k for k in (rows[0] if rows else {}) if k != "workers"]
+    for col in ("workers", *sizes):
+        w.add_column(col, justify="right")
+    for row in rows:
+        w.add_row(str(row["workers"]), *(_fmt(row.get(k)) for k in sizes))
+    return [t, w]
+
+
 def print_table(result: Mapping[str, Any], console: Console) -> None:
     console.print(table(result))
+    for extra in peer_tables(result):
+        console.print(extra)
     meta = ("cpu_count", "machine", "loadavg_before", "loadavg_after", "wall_s",
-            "torch_eager_note", "plot")  # fmt: skip
+            "torch_eager_note", "peer_kserve_note", "plot")  # fmt: skip
     for key in meta:
         console.print(f"{key}: {result.get(key)}")
 

@@ -88,6 +88,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         GraphArchive(db, metrics),
         adaptation,
         settings.recent_rankings_bytes,
+        settings.shared_ranking_bytes,
     )
     app.state.feedback = FeedbackRecorder(ranker, metrics)
     try:
@@ -109,6 +110,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         await cache.aclose()
         await anyio.to_thread.run_sync(db.close)
+        metrics.close()
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -174,5 +176,18 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             body = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(body.pop("$defs", {}))
             components[model.__name__] = body
+        _document_limits(schema, app.state.settings)
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+def _document_limits(schema: dict[str, Any], settings: Settings) -> None:
+    """``top_k`` above ``max_configs`` is a 422; the limit is a setting, so the
+    schema learns it here rather than from the static models."""
+    top_k = schema["components"]["schemas"]["RankIn"]["properties"]["top_k"]
+    rank = schema["paths"].get("/v1/rank", {}).get("post", {})
+    params = [p["schema"] for p in rank.get("parameters", []) if p["name"] == "top_k"]
+    for declared in (top_k, *params):
+        for option in declared.get("anyOf", [declared]):
+            if option.get("type") == "integer":
+                option["maximum"] = settings.max_configs

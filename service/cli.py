@@ -6,6 +6,7 @@ override the ``COSTMODEL_*`` environment, which overrides the defaults in ``Sett
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,9 +14,14 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
-from xla_costmodel.service.app import create_app
+from xla_costmodel.cli import install_hint
 from xla_costmodel.service.logs import configure_logging
 from xla_costmodel.service.settings import Settings
+from xla_costmodel.service.workers import run_workers
+
+# Seconds uvicorn lets in-flight requests finish after SIGTERM; the Kubernetes
+# Deployment's terminationGracePeriodSeconds must exceed it (deploy/k8s, tested).
+GRACEFUL_SHUTDOWN_S = 10
 
 
 def serve(
@@ -43,6 +49,25 @@ def serve(
     log_level: Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR")
     ] = None,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="replicas on Ray Serve (local Ray, or RAY_ADDRESS); needs the ray "
+            "extra; see docs/serving-ray.md",
+        ),
+    ] = False,
+    replicas: Annotated[
+        int, typer.Option(min=1, help="with --ray: number of replicas")
+    ] = 2,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="uvicorn worker processes, each loading the models (default 1); "
+            "see docs/serving-workers.md",
+        ),
+    ] = None,
 ) -> None:
     """Serve the tile and layout models over HTTP (see /docs)."""
     overrides: dict[str, Any] = {
@@ -53,20 +78,43 @@ def serve(
         "database_url": database_url,
         "models": models,
         "log_level": log_level.upper() if log_level else None,
+        "workers": workers,
     }
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
     configure_logging(settings.log_level)
+    if ray:
+        if settings.workers > 1:
+            raise typer.BadParameter("--workers and --ray exclude each other")
+        _serve_on_ray(settings, overrides, replicas)
+        return
+    if settings.workers > 1:
+        run_workers(settings, overrides, GRACEFUL_SHUTDOWN_S)
+        return
+    # Imported here: with --workers the parent never loads onnxruntime (~90 MiB).
+    from xla_costmodel.service.app import create_app
+
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
+
+
+def _serve_on_ray(settings: Settings, overrides: dict[str, Any], replicas: int) -> None:
+    """Imports ray only here, so the plain server never needs it."""
+    if importlib.util.find_spec("ray") is None:
+        hint = install_hint("ray")
+        typer.echo(f"costmodel serve --ray needs the ray extra: {hint}", err=True)
+        raise typer.Exit(1)
+    from xla_costmodel.service.ray_app import run_on_ray
+
+    run_on_ray(settings, overrides, replicas)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,17 @@
 
 Implements the event protocols of the core (cache, registry, ranker, feedback) so the
 core never imports prometheus_client.
+
+Several workers (``costmodel serve --workers N``): with ``PROMETHEUS_MULTIPROC_DIR``
+set before prometheus_client is imported, every value lives in a per-process file in
+that directory and ``render`` merges all of them (``MultiProcessCollector``): counters
+and histograms are summed over workers, dead ones included; each gauge declares how
+its workers' values combine (``multiprocess_mode``, ignored in one process).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from prometheus_client import (
@@ -14,6 +21,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 
 from xla_costmodel.runner import ArtifactRunner
@@ -26,8 +34,31 @@ LATENCY_BUCKETS = (
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 50_000)
 
 
+def multiprocess_dir() -> str | None:
+    """The directory of multiprocess mode, or None in one process."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def _forget_dead_workers(path: str) -> None:
+    """Drop the live* gauges of workers that died without their lifespan's exit
+    (uvicorn kills a hung or crashed worker and starts another, with no hook)."""
+    pids = {
+        int(name.rsplit("_", 1)[1][: -len(".db")])
+        for name in os.listdir(path)
+        if name.startswith("gauge_live") and name.endswith(".db")
+    }
+    for pid in pids:
+        try:
+            os.kill(pid, 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+        except PermissionError:  # alive, another user's: not ours to judge
+            pass
+
+
 class Metrics:
     def __init__(self) -> None:
+        self.multiprocess = multiprocess_dir() is not None
         self.registry = r = CollectorRegistry()
         self.request_seconds = Histogram(
             "costmodel_request_duration_seconds", "Request latency, whole request.",
@@ -38,8 +69,9 @@ class Metrics:
             ["route", "method", "status"], registry=r,
         )  # fmt: skip
         self.inflight = Gauge(
-            "costmodel_inflight_requests", "Requests in progress.", registry=r
-        )
+            "costmodel_inflight_requests", "Requests in progress.", registry=r,
+            multiprocess_mode="livesum",
+        )  # fmt: skip
         self.encode_seconds = Histogram(
             "costmodel_encode_duration_seconds", "Encoder run time (one graph).",
             ["model"], buckets=LATENCY_BUCKETS, registry=r,
@@ -69,19 +101,22 @@ class Metrics:
             "costmodel_cache_bypassed", "Lookups that skipped Redis during its cooldown.",
             ["level"], registry=r,
         )  # fmt: skip
+        # Workers: the sum over live ones, each as of its latest cache lookup.
         self.memory_bytes = Gauge(
             "costmodel_cache_memory_bytes",
             "Bytes held by the in-process cache.",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.memory_entries = Gauge(
             "costmodel_cache_memory_entries",
             "Entries in the in-process cache.",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.model_info = Gauge(
             "costmodel_model_info", "Loaded model versions (1 = serves unpinned requests).",
-            ["model", "version", "collection"], registry=r,
+            ["model", "version", "collection"], registry=r, multiprocess_mode="livemax",
         )  # fmt: skip
         self.reloads = Counter(
             "costmodel_model_reloads", "Model loads and reloads by result.",
@@ -95,12 +130,12 @@ class Metrics:
         self.online_kendall_tau = Gauge(
             "costmodel_online_kendall_tau", "Running mean, since start, of Kendall "
             "tau-b between the model's scores and fed-back runtimes (per request).",
-            ["model", "version"], registry=r,
+            ["model", "version"], registry=r, multiprocess_mode="liveall",
         )  # fmt: skip
         self.online_top1_slowdown = Gauge(
             "costmodel_online_top1_slowdown", "Running mean, since start, of the "
             "measured runtime of the best-scored fed-back config / the best one - 1.",
-            ["model", "version"], registry=r,
+            ["model", "version"], registry=r, multiprocess_mode="liveall",
         )  # fmt: skip
         self.adapt_fits = Histogram(
             "costmodel_adaptation_fit_duration_seconds", "Per-graph adaptation fits "
@@ -122,22 +157,45 @@ class Metrics:
             ["op"], registry=r,
         )  # fmt: skip
         self._loaded: dict[str, list[tuple[str, str, str]]] = {}
+        self._memory: tuple[Callable[[], float], Callable[[], float]] | None = None
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        self._sample_memory()
+        _forget_dead_workers(multiprocess_dir() or "")
+        merged = CollectorRegistry()  # every worker's files, not only this one's
+        # prometheus_client's multiprocess module is unannotated.
+        multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
+
+    def close(self) -> None:
+        """On a worker's exit: its live* gauges leave the merged view."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
     def watch_memory(
         self, nbytes: Callable[[], float], entries: Callable[[], float]
     ) -> None:
+        if self.multiprocess:  # set_function is not seen by the other workers
+            self._memory = (nbytes, entries)
+            return
         self.memory_bytes.set_function(nbytes)
         self.memory_entries.set_function(entries)
+
+    def _sample_memory(self) -> None:
+        if self._memory is not None:
+            self.memory_bytes.set(self._memory[0]())
+            self.memory_entries.set(self._memory[1]())
 
     # xla_costmodel.service.core.cache.CacheEvents
     def cache_hit(self, level: Level) -> None:
         self.cache_hits.labels(level).inc()
+        self._sample_memory()
 
     def cache_miss(self, level: Level) -> None:
         self.cache_misses.labels(level).inc()
+        self._sample_memory()
 
     def cache_error(self, level: Level, op: str) -> None:
         self.cache_errors.labels(level, op).inc()
@@ -157,6 +215,8 @@ class Metrics:
     # xla_costmodel.service.core.registry.RegistryEvents
     def model_versions(self, name: str, loaded: Sequence[ArtifactRunner]) -> None:
         for labels in self._loaded.pop(name, []):
+            # A worker's file keeps a removed series' value: 0, not a stale 1.
+            self.model_info.labels(*labels).set(0)
             self.model_info.remove(*labels)
         self._loaded[name] = [(name, run.version, run.collection) for run in loaded]
         for i, labels in enumerate(self._loaded[name]):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
-from pydantic.config import JsonDict
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic.config import JsonDict, JsonValue
 
 from xla_costmodel.tpugraphs.collections import COLLECTIONS
 from xla_costmodel.tpugraphs.spec import Collection
@@ -32,6 +33,20 @@ NPZ_MEDIA_TYPE = "application/x-npz"
 HLO_MEDIA_TYPE = "text/x-hlo"
 
 
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 2.0 as an integer (its value is one); strict pydantic
+    would refuse it, so an integral float is taken as that integer."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+# The bound before the validator, or OpenAPI would show pydantic's "ge" keyword.
+TopK = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+INT64_MAX = 2**63 - 1
+
+
 class Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -44,10 +59,15 @@ def _doc(schema: dict[str, Any], description: str) -> WithJsonSchema:
     return WithJsonSchema({**schema, "description": description})
 
 
+# Numbers become float32 arrays, which refuse what overflows to infinity (422).
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32 = {"type": "number", "minimum": -FLOAT32_MAX, "maximum": FLOAT32_MAX}
+
+
 def _rows(width: int, kind: str = "number") -> dict[str, Any]:
     row = {
         "type": "array",
-        "items": {"type": kind},
+        "items": _FLOAT32 if kind == "number" else {"type": kind},
         "minItems": width,
         "maxItems": width,
     }
@@ -55,7 +75,8 @@ def _rows(width: int, kind: str = "number") -> dict[str, Any]:
 
 
 def _configs(per_node: bool, width: int) -> dict[str, Any]:
-    return {"type": "array", "items": _rows(width)} if per_node else _rows(width)
+    batch = {"type": "array", "items": _rows(width)} if per_node else _rows(width)
+    return {**batch, "minItems": 1}  # an empty batch is a 422
 
 
 _OPCODES = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 120}}
@@ -132,6 +153,29 @@ _EXAMPLE_GRAPH: JsonDict = {
 }
 
 
+def _exactly_one(
+    kinds: dict[str, str], *, nulls: dict[str, str] | None = None
+) -> JsonDict:
+    """``oneOf``: exactly one of ``kinds``' keys is set (not null), as the decoders
+    demand, so that a body this schema accepts is not refused for it. ``nulls`` maps
+    a key to one more that must stay unset when that key is the chosen one."""
+    branches: list[JsonValue] = []
+    for key, kind in kinds.items():
+        props: JsonDict = {k: {"type": "null"} for k in kinds if k != key}
+        if nulls and key in nulls:
+            props[nulls[key]] = {"type": "null"}
+        props[key] = {"type": kind}
+        branches.append({"required": [key], "properties": props})
+    return {"oneOf": branches}
+
+
+# ``configurable`` names instructions of an ``hlo`` module: with arrays it is refused.
+_ONE_GRAPH = _exactly_one(
+    {"graph_id": "string", "graph": "object", "hlo": "string"},
+    nulls={"graph_id": "configurable", "graph": "configurable"},
+)
+
+
 class GraphIn(StrictWire):
     """A graph as JSON: the TpuGraphs arrays (``node_config_ids`` for a model whose
     collection configures nodes, layout, only)."""
@@ -149,6 +193,10 @@ class RankIn(StrictWire):
 
     model_config = ConfigDict(
         json_schema_extra={
+            "allOf": [
+                _ONE_GRAPH,
+                _exactly_one({"configs": "array", "raw_configs": "array"}),
+            ],
             "examples": [
                 {
                     "model": "tile",
@@ -182,7 +230,7 @@ class RankIn(StrictWire):
                         {},
                     ],
                 },
-            ]
+            ],
         }
     )
     model: str = Field(min_length=1, max_length=64)
@@ -197,7 +245,7 @@ class RankIn(StrictWire):
     )
     configs: Configs | None = None
     raw_configs: RawConfigsDoc | None = None
-    top_k: int | None = Field(None, ge=1, description="default: all configs")
+    top_k: TopK | None = Field(None, description="default: all configs")
     target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
     adapt: bool = Field(True, description=_ADAPT_DOC)
 
@@ -244,11 +292,17 @@ class RankOut(Wire):
 
 
 _INDICES = {"type": "array", "items": {"type": "integer", "minimum": 0}}
-_RUNTIMES = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}
+_RUNTIMES = {
+    "type": "array",
+    "items": {"type": "integer", "minimum": 1, "maximum": INT64_MAX},
+    "minItems": 1,
+}
 ConfigIndices = Annotated[
-    list[int], _doc(_INDICES, "indices into the configs of the latest rank request")
+    list[JsonInt], _doc(_INDICES, "indices into the configs of the latest rank request")
 ]
-RuntimesNs = Annotated[list[int], _doc(_RUNTIMES, "measured runtime per config, ns")]
+RuntimesNs = Annotated[
+    list[JsonInt], _doc(_RUNTIMES, "measured runtime per config, ns")
+]
 
 
 class FeedbackIn(StrictWire):
@@ -257,12 +311,16 @@ class FeedbackIn(StrictWire):
     has not seen, as for ranking).
 
     ``config_indices`` name configs of the most recent rank request for this graph and
-    model version, which each process remembers best-effort (else 409
-    ranking_not_found: send ``configs``).
+    model version, remembered best-effort, in Redis when the service has one, else per
+    process (else 409 ranking_not_found: send ``configs``).
     """
 
     model_config = ConfigDict(
         json_schema_extra={
+            "allOf": [
+                _ONE_GRAPH,
+                _exactly_one({"configs": "array", "config_indices": "array"}),
+            ],
             "examples": [
                 {
                     "model": "tile",
@@ -277,7 +335,7 @@ class FeedbackIn(StrictWire):
                     "config_indices": [3, 0],
                     "runtimes_ns": [52000, 61000],
                 },
-            ]
+            ],
         }
     )
     model: str = Field(min_length=1, max_length=64)
@@ -409,9 +467,36 @@ _ERRORS = {
 }
 
 
+def _header(description: str, kind: str = "string") -> dict[str, Any]:
+    return {"description": description, "schema": {"type": kind}}
+
+
+_ERROR_HEADERS = {
+    401: {"WWW-Authenticate": _header("Bearer")},
+    503: {"Retry-After": _header("seconds to wait before retrying", "integer")},
+}
+
+
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` entries so OpenAPI shows the error model for each status."""
-    return {s: {"model": ErrorOut, "description": _ERRORS[s]} for s in statuses}
+    """``responses=`` entries so OpenAPI shows the error model (and the headers that
+    come with it) for each status."""
+    return {
+        s: {"model": ErrorOut, "description": _ERRORS[s]}
+        | ({"headers": _ERROR_HEADERS[s]} if s in _ERROR_HEADERS else {})
+        for s in statuses
+    }
+
+
+RANK_NPZ_HEADERS = {
+    name: _header(f"npz answers only: {what}")
+    for name, what in (
+        ("X-Model", "model"),
+        ("X-Model-Version", "model_version"),
+        ("X-Cache", "cache"),
+        ("X-Graph-ID", "graph_id"),
+        ("X-Adapted", "adapted"),
+    )
+}
 
 
 def binary_body(
@@ -419,13 +504,18 @@ def binary_body(
 ) -> dict[str, Any]:
     """``openapi_extra`` for a body that is JSON or an npz archive (or HLO text)."""
     ref = {"$ref": f"#/components/schemas/{json_model.__name__}"}
-    binary = {"type": "string", "format": "binary"}
+    # An empty body is refused (400 malformed_body) whatever its media type.
+    binary = {"type": "string", "format": "binary", "minLength": 1}
     content: dict[str, Any] = {
         "application/json": {"schema": ref},
         NPZ_MEDIA_TYPE: {"schema": binary},
     }
     if hlo:
-        text = {"type": "string", "description": "an HLO module as XLA prints it"}
+        text = {
+            "type": "string",
+            "minLength": 1,
+            "description": "an HLO module as XLA prints it",
+        }
         content[HLO_MEDIA_TYPE] = {"schema": text, "example": _EXAMPLE_HLO}
     return {"requestBody": {"required": required, "content": content}}
 

@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     # Where and what to serve.
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="uvicorn worker processes, each loading every model; metrics "
+        "merged across them (docs/serving-workers.md)",
+    )
     model_dir: Path = SHIPPED_MODELS
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["tile", "layout"], min_length=1
@@ -97,6 +103,13 @@ class Settings(BaseSettings):
         ge=0,
         description="per process, best-effort: the configs and scores of recent rank "
         "requests, so feedback may name configs by index",
+    )
+    shared_ranking_bytes: int = Field(
+        default=8 * MiB,
+        ge=0,
+        description="with Redis: rank batches up to this size are remembered there "
+        "too, so feedback by index reaches any worker or replica (costs a Redis SET "
+        "per rank request); 0: per process only",
     )
 
     admin_token: SecretStr | None = None

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("xla_costmodel.clients.cli:replay", ""),
     "featurize": ("xla_costmodel.tpugraphs.hlo.cli:featurize", ""),
     "bench": ("xla_costmodel.benchmarks.cli:bench", "bench"),
+    "chaos": ("xla_costmodel.benchmarks.chaos_cli:chaos", "bench"),
     "collect": ("xla_costmodel.clients.xla.collect:collect", "xla"),
     "tune": ("xla_costmodel.clients.xla.tune_cli:tune", "xla"),
 }

@@ -283,15 +283,89 @@ def render(folder: Path) -> str:
         "Compile failures (count x error: options):",
         *_failures(sides),
         "",
-        "## On another CPU",
-        "Not measured: every file here comes from the one machine above. XLA:CPU's code (and which "
-        "library kernels it calls) depends on the ISA: the notes in `../shared/xla_cpu/NOTES.md` saw "
-        "similar headroom on an AVX-only EPYC and on this AVX-512 one for ResNet50, but absolute "
-        "runtimes and the winning configs differ per CPU. Treat runtimes as this machine's; re-run "
-        "`make collect` on another CPU and compare per-program rankings before pooling.",
-        "",
+        *_other_cpu(folder, ok),
     ]
     return "\n".join(out)
+
+
+def _cpu(side: dict[str, Any]) -> str:
+    m = side.get("machine", {})
+    return f"{m.get('cpu_model')} family {m.get('cpu_family')} model {m.get('cpu_model_id')}"
+
+
+def cross_cpu(here: dict[str, Any], there: dict[str, Any]) -> dict[str, float] | None:
+    """One program measured on two CPUs: rows matched by config content (both sample
+    with ``xla_cpu.sample``), Spearman of their runtimes, and what each CPU's best
+    config costs on the other."""
+    a = {
+        tuple(r): t for r, t in zip(_rows(here), here["config_runtime_ns"], strict=True)
+    }
+    b = {
+        tuple(r): t
+        for r, t in zip(_rows(there), there["config_runtime_ns"], strict=True)
+    }
+    common = [k for k in a if k in b]
+    if len(common) < 3:
+        return None
+    x = np.array([a[k] for k in common], float)
+    y = np.array([b[k] for k in common], float)
+    rx = np.argsort(np.argsort(x)).astype(float)
+    ry = np.argsort(np.argsort(y)).astype(float)
+    spearman = float(np.corrcoef(rx, ry)[0, 1])
+    return {
+        "shared": len(common), "spearman": spearman,
+        "default_ms_here": here["default_ms"], "default_ms_there": there["default_ms"],
+        "best_over_default_here": here["best_over_default"],
+        "best_over_default_there": there["best_over_default"],
+        # the other CPU's best config, run here: its runtime over here's best
+        "there_best_here": float(x[np.argmin(y)] / x.min()),
+        "here_best_there": float(y[np.argmin(x)] / y.min()),
+    }  # fmt: skip
+
+
+def _rows(side: dict[str, Any]) -> np.ndarray:
+    rows = xla_cpu.sample(max(side["rows"]) + 1, int(side["seed"]))
+    return np.asarray(rows[np.asarray(side["rows"], np.intp)])
+
+
+def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
+    """``other_cpu/<target>/``: programs re-measured (same protocol and sample) on
+    another CPU of this machine kind, compared with this folder's."""
+    lines = ["## On another CPU"]
+    mine = {s["name"]: s for s in ok}
+    compared = []
+    for sub in sorted((folder / "other_cpu").glob("*/")):
+        for side in load(sub):
+            if side["status"] == "ok" and side["name"] in mine:
+                cmp = cross_cpu(mine[side["name"]], side)
+                if cmp:
+                    compared.append((sub.name, side, cmp))
+    if not compared:
+        return [*lines, "Not measured: every file here comes from the one machine above. "
+                "Treat runtimes as this machine's; re-run `make collect` on another CPU and "
+                "compare per-program rankings before pooling.", ""]  # fmt: skip
+    lines += [
+        f"`other_cpu/` holds programs measured with the same protocol and config sample on "
+        f"another machine of this kind ({_cpu(compared[0][1])}; ISA flags "
+        f"{', '.join(compared[0][1]['machine'].get('isa_flags', []))}). Not used for training. "
+        "Per program, over the configs both measured:",
+        "",
+        "| program | other CPU | configs | Spearman | default ms here / there "
+        "| best/default here / there | other's best, run here / run there |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for target, side, c in compared:
+        lines.append(
+            f"| {side['name']} | {target} | {c['shared']} | {c['spearman']:.3f} "
+            f"| {c['default_ms_here']:.2f} / {c['default_ms_there']:.2f} "
+            f"| {c['best_over_default_here']:.3f} / {c['best_over_default_there']:.3f} "
+            f"| {c['there_best_here']:.3f} / {c['here_best_there']:.3f} |"
+        )
+    lines += ["", "(\"other's best, run here\": the runtime here of the config that was "
+              "fastest on the other CPU, over the fastest here; 1.000 = the same winner.) "
+              "Runtimes are each machine's own: a model trained here is shipped with this "
+              "CPU's `target`, and measurements from another CPU are kept apart by theirs.", ""]  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -209,7 +209,7 @@ class FeedbackRecorder:
                 runner, gid, req.configs, "configs"
             )
         else:
-            configs, scores = self._pick(runner, gid, req.config_indices or [])
+            configs, scores = await self._pick(runner, gid, req.config_indices or [])
         return gid, configs, scores
 
     async def _add(self, batch: MeasurementBatch) -> AddResult:
@@ -245,19 +245,21 @@ class FeedbackRecorder:
                 )
         return np.asarray(values, np.int64)
 
-    def _pick(self, runner: ArtifactRunner, gid: str, indices: Sequence[int]) -> Scored:
+    async def _pick(
+        self, runner: ArtifactRunner, gid: str, indices: Sequence[int]
+    ) -> Scored:
         if not indices:
             raise InvalidRequest("no config indices given", "config_indices")
         if len(indices) > self.ranker.limits.max_configs:
             raise InvalidRequest(
                 f"more than {self.ranker.limits.max_configs} indices", "config_indices"
             )
-        recalled = self.ranker.recall(runner, gid)
+        recalled = await self.ranker.recall(runner, gid)
         if recalled is None:
             raise RankingNotFound(
                 f"no rank request for graph {gid} with {runner.name} v{runner.version} "
-                "is remembered by this process (they are kept per process, "
-                "best-effort); send the configs instead",
+                "is remembered (they are kept best-effort: in Redis when the service "
+                "has one, else per process); send the configs instead",
                 "config_indices",
             )
         configs, scores = recalled

@@ -1,11 +1,14 @@
 """Rank configs for a graph: embed once per (model, version, graph), score per batch.
 
 The encoder and scorer run in worker threads (onnxruntime releases the GIL), limited
-to ``workers`` runs at once; the event loop only checks shapes, looks up and sorts.
+to ``workers`` runs at once (a batch of at most ``INLINE_SCORE_ROWS`` scorer rows is
+scored on the loop: quicker than the hop); the loop otherwise checks shapes, looks up
+and sorts.
 
 The configs and scores of recent rank requests are remembered per (model, version,
-graph_id) in a byte-bounded LRU, so feedback may name configs by index. That memory is
-per process and best-effort: another worker, a restart or an eviction forgets them.
+graph_id), so feedback may name configs by index: in Redis when configured (shared by
+workers and replicas), else in a byte-bounded per-process LRU
+(``xla_costmodel.service.core.recent``). Best-effort either way.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from xla_costmodel.service.core.inputs import (
     build_graph,
     check_configs,
 )
-from xla_costmodel.service.core.memory import MemoryLRU
 from xla_costmodel.service.core.raw_configs import RawConfigs, encode_raw
+from xla_costmodel.service.core.recent import RecentRankings
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.errors import (
     GraphMetadataNotFound,
@@ -110,6 +113,7 @@ class Ranker:
         archive: GraphArchive,
         adaptation: Adaptation,
         recent_bytes: int = 16 << 20,
+        shared_bytes: int = 0,  # of a batch remembered in Redis too; 0: none
     ) -> None:
         self.registry = registry
         self.cache = cache
@@ -118,7 +122,8 @@ class Ranker:
         self.limits = limits
         self.events = events
         self.chunk_rows = chunk_rows
-        self.recent = MemoryLRU(recent_bytes)
+        redis = cache.redis if shared_bytes else None
+        self.recent = RecentRankings(recent_bytes, redis, cache.events, shared_bytes)
         self._limiter = anyio.CapacityLimiter(workers)
 
     async def upload(self, req: UploadRequest) -> UploadResult:
@@ -156,8 +161,8 @@ class Ranker:
         checked = check_configs(
             value, runner, embedding, req.configs_field, self.limits, graph
         )
-        configs, scores = await self._run(
-            self._score, runner, embedding, checked, req.configs_field
+        configs, scores = await self._scored(
+            runner, embedding, checked, req.configs_field
         )
         adapted = 0
         if req.adapt:
@@ -171,7 +176,7 @@ class Ranker:
                 runner, target, gid, configs, scores, prior
             )
         # Remember the batch as it came (int8 for layout), not its float32 copy.
-        self.recent.put((runner.name, runner.version, gid), {"c": checked, "s": scores})
+        await self.recent.remember((runner.name, runner.version, gid), checked, scores)
         ranking = stable_order(scores)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(
@@ -187,10 +192,9 @@ class Ranker:
         checked = check_configs(value, runner, embedding, field, self.limits)
         return await self._run(self._score, runner, embedding, checked, field, False)
 
-    def recall(self, runner: ArtifactRunner, gid: str) -> Scored | None:
-        """The configs and scores of this process's latest rank request for the graph."""
-        found = self.recent.get((runner.name, runner.version, gid))
-        return None if found is None else (found["c"], found["s"])
+    async def recall(self, runner: ArtifactRunner, gid: str) -> Scored | None:
+        """The configs and scores of the latest remembered rank request for the graph."""
+        return await self.recent.recall((runner.name, runner.version, gid))
 
     async def graph(
         self, raw: RawGraph | HloText, runner: ArtifactRunner
@@ -303,10 +307,26 @@ class Ranker:
             self.events.scored(runner.name, time.perf_counter() - start, len(configs))
         return configs, scores
 
+    async def _scored(
+        self,
+        runner: ArtifactRunner,
+        embedding: Embedding,
+        checked: np.ndarray[Any, Any],
+        field: str,
+    ) -> Scored:
+        """``_score``; on the loop for a few scorer rows, which take less time than the
+        hop to a worker thread and back (tens of microseconds)."""
+        if int(np.prod(checked.shape[:-1], dtype=np.int64)) <= INLINE_SCORE_ROWS:
+            return self._score(runner, embedding, checked, field)
+        return await self._run(self._score, runner, embedding, checked, field)
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
 
+# Up to this many scorer rows (configs x configurable nodes), scoring runs on the event
+# loop: the tile scorer takes ~20 us for 64 configs, the worker-thread hop more.
+INLINE_SCORE_ROWS = 64
 # Below this many scores numpy's stable argsort is as fast as the keyed sort.
 KEYED_SORT_MIN = 2048
 

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 KEY_PREFIX = "costmodel:emb"
 META_PREFIX = "costmodel:meta:v1"
+RECENT_PREFIX = "costmodel:recent:v1"
 
 
 class StoreUnavailable(Exception):
@@ -31,6 +32,11 @@ def embedding_key(model: str, version: str, graph_id: str) -> str:
 def meta_key(graph_id: str) -> str:
     """``costmodel:meta:v1:<graph_id>``: a graph's record, whatever the model."""
     return f"{META_PREFIX}:{graph_id}"
+
+
+def recent_key(model: str, version: str, graph_id: str) -> str:
+    """``costmodel:recent:v1:<model>:<version>:<graph_id>``: the latest ranking's batch."""
+    return f"{RECENT_PREFIX}:{model}:{version}:{graph_id}"
 
 
 def connect(url: str, timeout_s: float, connect_timeout_s: float) -> Redis:
@@ -76,10 +82,19 @@ class RedisStore:
             raise StoreUnavailable(f"unexpected reply type {type(value).__name__}")
         return value
 
-    async def set(self, key: str, value: bytes, *, nx: bool = False) -> None:
-        """Store with the TTL; ``nx``: only if the key does not exist yet."""
+    async def set(
+        self, key: str, value: bytes, *, nx: bool = False, ttl_s: int | None = None
+    ) -> None:
+        """Store with the TTL (``ttl_s`` or the store's); ``nx``: only if the key
+        does not exist yet."""
         try:
-            await self.client.set(key, value, ex=self.ttl_s, nx=nx)
+            await self.client.set(key, value, ex=ttl_s or self.ttl_s, nx=nx)
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise self._failed(exc) from None
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self.client.delete(key)
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._failed(exc) from None
 

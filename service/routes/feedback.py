@@ -30,12 +30,19 @@ from xla_costmodel.service.schemas import (
 router = APIRouter(prefix="/v1", tags=["feedback"])
 # Printable ASCII without spaces: UUIDs, ULIDs, hex digests, "tuner-42/round-3".
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+REPLAYED_HEADER = {
+    "description": "true: a resend, answered with the first answer",
+    "schema": {"type": "string", "enum": ["true"]},
+}
 
 
 @router.post(
     "/feedback",
     response_model=FeedbackOut,
-    responses=error_responses(400, 404, 409, 413, 415, 422, 503),
+    responses={
+        200: {"headers": {"Idempotent-Replayed": REPLAYED_HEADER}},
+        **error_responses(400, 404, 409, 413, 415, 422, 503),
+    },
     openapi_extra=json_only_body(FeedbackIn),
 )
 async def feedback(
@@ -47,7 +54,10 @@ async def feedback(
         None,
         alias="Idempotency-Key",
         description="resends with the same key (and body) are stored once and get "
-        "the first answer (with Idempotent-Replayed: true)",
+        "the first answer (with Idempotent-Replayed: true); the key with another "
+        "body: 422 idempotency_key_reused",
+        # Documented only: the check below keeps its own message.
+        json_schema_extra={"pattern": IDEMPOTENCY_KEY.pattern, "maxLength": 200},
     ),
 ) -> FeedbackOut:
     """Store runtimes measured for configs of a graph (acknowledged once committed)."""

@@ -30,7 +30,7 @@ def _model_out(runner: ArtifactRunner, loaded: list[str]) -> ModelOut:
     )
 
 
-@router.get("", response_model=ModelsOut)
+@router.get("", response_model=ModelsOut, responses=error_responses(503))
 async def list_models(registry: RegistryDep) -> ModelsOut:
     """Models serving now, with the inputs a client must send."""
     return ModelsOut(
@@ -45,7 +45,7 @@ async def list_models(registry: RegistryDep) -> ModelsOut:
 @router.post(
     "/{name}/reload",
     response_model=ReloadOut,
-    responses=error_responses(401, 403, 404, 409, 422),
+    responses=error_responses(401, 403, 404, 409, 422, 503),
 )
 async def reload_model(
     request: Request,

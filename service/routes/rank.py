@@ -19,6 +19,7 @@ from xla_costmodel.service.deps import RankerDep, SettingsDep
 from xla_costmodel.service.schemas import (
     HEX64,
     NPZ_MEDIA_TYPE,
+    RANK_NPZ_HEADERS,
     TARGET,
     VERSION,
     RankIn,
@@ -35,6 +36,7 @@ _NPZ_ANSWER: dict[int | str, dict[str, Any]] = {
         "description": "JSON, or with Accept: application/x-npz an npz of ranking, "
         "scores, top_k and X-Model/X-Model-Version/X-Cache/X-Graph-ID/X-Adapted "
         "headers",
+        "headers": RANK_NPZ_HEADERS,
     }
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -87,7 +88,34 @@ def test_smoke_run_prints_every_figure_and_stops_its_servers(
     # A graph the client has not seen travels inline with the first rank: a miss.
     assert set(figures["layout_cache_tiers"]["cold"]) == {"miss+upload"}
     assert Path(figures["plot"]).is_file() and (tmp_path / "bench_smoke.json").is_file()
+    check_peer_figures(figures)
     assert children() <= before
+
+
+def check_peer_figures(figures: dict[str, Any]) -> None:
+    """Ours vs KServe vs raw onnxruntime: every size has the three, and the ratios."""
+    for key in ("empty_route_ms", "rank_1_config_ms", "rank_1_config_bare_ms"):
+        assert figures[key] > 0, key
+    if figures["peer_kserve_configs_per_s"] is None:  # no venv and none could be made
+        assert "KServe" in figures["peer_kserve_note"]
+        servers = {"raw", "ours"}
+    else:
+        assert figures["ours_over_kserve"] == pytest.approx(
+            figures["http_binary_configs_per_s"] / figures["peer_kserve_configs_per_s"]
+        )
+        assert figures["peer_kserve_empty_route_ms"] > 0
+        servers = {"raw", "ours", "kserve"}
+    sizes = {str(n) for n in SMOKE.peer_sizes}
+    for table in ("peer_latency_ms", "peer_throughput_configs_per_s"):
+        assert set(figures[table]) == sizes, table
+        for row in figures[table].values():
+            assert all(row[s] > 0 for s in servers), (table, row)
+    assert set(figures["ours_over_kserve_by_size"]) == sizes
+    assert figures["peer_load_errors"] == 0 and figures["peer_clients"] == 2
+    assert [row["workers"] for row in figures["workers_table"]] == [1]
+    goals = figures["goals"]
+    new_goals = {"ours_over_kserve", "rank_1_config_ms", "http_over_raw_at_scale"}
+    assert new_goals <= set(goals)
 
 
 def test_servers_are_stopped_when_a_phase_fails(

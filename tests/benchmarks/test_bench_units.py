@@ -82,7 +82,9 @@ def test_report_ratios_goals_and_missing_keys() -> None:
     result: dict[str, object] = {key: 1.0 for key in KEYS}
     result.update(raw_scorer_configs_per_s=100.0, http_binary_configs_per_s=80.0,
                   http_json_configs_per_s=10.0, layout_cold_ms=300.0, layout_cached_ms=10.0,
-                  load_errors=0, load_p50_ms=10.0, load_p99_ms=20.0)  # fmt: skip
+                  load_errors=0, load_p50_ms=10.0, load_p99_ms=20.0,
+                  peer_kserve_configs_per_s=10.0,
+                  peer_throughput_configs_per_s={"1": {"ours": 3.0, "kserve": 1.0}})  # fmt: skip
     add_ratios(result)  # type: ignore[arg-type]
     assert result["http_over_raw"] == pytest.approx(0.8)
     assert result["binary_over_json"] == pytest.approx(8.0)
@@ -201,3 +203,70 @@ def test_torch_phase_finds_the_shipped_checkpoint_of_the_served_model(
     )
     assert result.timings is not None, result.note
     assert result.max_abs_diff is not None and result.max_abs_diff < 1e-3
+
+
+def test_peer_ratios_and_goals_come_from_the_same_run() -> None:
+    result: dict[str, object] = {key: 1.0 for key in KEYS}
+    result.update(http_binary_configs_per_s=900.0, peer_kserve_configs_per_s=100.0,
+                  raw_scorer_configs_per_s=1000.0, empty_route_ms=1.0,
+                  rank_1_config_ms=1.4,
+                  peer_throughput_configs_per_s={"1": {"ours": 5.0, "kserve": 10.0},
+                                                 "64": {"ours": 40.0, "kserve": 10.0}})  # fmt: skip
+    add_ratios(result)  # type: ignore[arg-type]
+    assert result["ours_over_kserve"] == pytest.approx(9.0)
+    assert result["ours_over_kserve_by_size"] == {"1": 0.5, "64": 4.0}
+    goals = result["goals"]
+    assert goals["ours_over_kserve"] and goals["rank_1_config_ms"]  # type: ignore[index]
+    assert goals["http_over_raw_at_scale"]  # type: ignore[index]
+    # 1 config at half KServe's rate misses "at every size" even though 64 meets it.
+    assert not goals["ours_over_kserve_every_size"]  # type: ignore[index]
+    result["rank_1_config_ms"] = 1.6
+    add_ratios(result)  # type: ignore[arg-type]
+    assert not result["goals"]["rank_1_config_ms"]  # type: ignore[index]
+
+
+def test_kserve_figures_may_be_null_only_with_a_reason() -> None:
+    result: dict[str, object] = {key: 1.0 for key in KEYS}
+    result.update(peer_kserve_configs_per_s=None, ours_over_kserve=None)
+    assert missing_keys(result) == ["peer_kserve_configs_per_s", "ours_over_kserve"]
+    note = {"peer_kserve_note": "KServe could not run: no index"}
+    assert missing_keys({**result, **note}) == []
+    # Our own fixed-cost figures are never excused.
+    unexcused = {**result, **note, "empty_route_ms": None}
+    assert missing_keys(unexcused) == ["empty_route_ms"]
+
+
+def test_v2_binary_request_and_answer_round_trip() -> None:
+    """The bytes follow the Open Inference Protocol's binary extension: a JSON header
+    of the stated length with an id, then the tensors in order, little-endian."""
+    import json
+
+    import httpx
+
+    from xla_costmodel.benchmarks.peer_kserve import (
+        HEADER_LENGTH,
+        decode_scores,
+        encode_infer,
+    )
+
+    embedding = np.arange(64, dtype=np.float32)
+    configs = np.arange(48, dtype=np.float32).reshape(2, 24)
+    body, head = encode_infer(embedding, configs, "7")
+    header = json.loads(body[:head])
+    assert header["id"] == "7" and header["parameters"]["binary_data_output"]
+    sizes = [i["parameters"]["binary_data_size"] for i in header["inputs"]]
+    assert sizes == [256, 192] and len(body) == head + 448
+    assert [i["shape"] for i in header["inputs"]] == [[64], [2, 24]]
+    sent = np.frombuffer(body[head + 256 :], "<f4").reshape(2, 24)
+    assert np.array_equal(sent, configs)
+
+    scores = np.array([0.5, -1.0], np.float32)
+    out = json.dumps({"outputs": [{"name": "scores", "datatype": "FP32", "shape": [2],
+                                   "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
+    binary = httpx.Response(200, headers={HEADER_LENGTH: str(len(out))},
+                            content=out + scores.tobytes())  # fmt: skip
+    assert np.array_equal(decode_scores(binary), scores)
+    # A server that ignored the request for binary outputs answers JSON: still read.
+    answer = {"outputs": [{"name": "scores", "data": [0.5, -1.0]}]}
+    plain = httpx.Response(200, json=answer)
+    assert np.array_equal(decode_scores(plain), scores)

@@ -108,10 +108,17 @@ def free_port() -> int:
 class ServiceProcess:
     """``python -m xla_costmodel.service.cli`` on a free port; ``stop``/``start`` restart it."""
 
-    def __init__(self, port: int, env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        port: int,
+        env: dict[str, str],
+        log: Path,
+        argv: list[str] | None = None,  # default: python -m xla_costmodel.service.cli
+    ) -> None:
         self.port = port
         self.env = env
         self.log = log
+        self.argv = argv or [sys.executable, "-m", "xla_costmodel.service.cli"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -121,7 +128,7 @@ class ServiceProcess:
     def start(self, timeout: float = 60) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "xla_costmodel.service.cli", "--port", str(self.port)],
+                [*self.argv, "--port", str(self.port)],
                 cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + timeout

@@ -1,0 +1,125 @@
+"""Remembered rankings shared through a real redis-server: what one process ranked,
+another recalls; Redis is preferred over this process's memory; its failures fall
+back to memory and are counted, never raised."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+from servicekit import free_port
+
+from xla_costmodel.service.core import recent
+from xla_costmodel.service.core.recent import RecentRankings
+from xla_costmodel.service.core.redis_store import RedisStore, connect, recent_key
+
+pytestmark = pytest.mark.anyio
+KEY = ("tile", "1", "g" * 64)
+MiB = 1 << 20
+
+
+class Events:
+    """The cache's events, recorded (``CacheEvents``)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def cache_hit(self, level: str) -> None: ...
+    def cache_miss(self, level: str) -> None: ...
+    def cache_bypass(self, level: str) -> None: ...
+
+    def cache_error(self, level: str, op: str) -> None:
+        self.errors.append(op)
+
+
+@pytest.fixture
+async def stores(redis_url: str) -> AsyncIterator[list[RedisStore]]:
+    """Two clients of one redis-server: two workers' views."""
+    opened = [
+        RedisStore(connect(redis_url, 1.0, 1.0), ttl_s=60, cooldown_s=0)
+        for _ in range(2)
+    ]
+    yield opened
+    for store in opened:
+        await store.aclose()
+
+
+def batch(n: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    configs = np.arange(start, start + n * 24, dtype=np.int8).reshape(n, 24)
+    return configs, np.linspace(0, 1, n, dtype=np.float32)
+
+
+async def test_a_ranking_remembered_by_one_worker_is_recalled_by_another(
+    stores: list[RedisStore],
+) -> None:
+    a, b = (RecentRankings(MiB, store, Events()) for store in stores)
+    assert await b.recall(KEY) is None
+    older, newer = batch(5), batch(7, start=3)
+    await b.remember(KEY, *older)
+    await a.remember(KEY, *newer)
+    for worker in (a, b):  # b's own memory holds the older batch: Redis wins
+        found = await worker.recall(KEY)
+        assert found is not None
+        assert found[0].dtype == np.int8 and np.array_equal(found[0], newer[0])
+        assert np.array_equal(found[1], newer[1])
+    assert await stores[0].client.ttl(recent_key(*KEY)) <= recent.TTL_S
+
+
+async def test_a_batch_too_large_to_share_is_not_shadowed_by_an_older_one(
+    stores: list[RedisStore],
+) -> None:
+    a, b = (RecentRankings(MiB, store, Events(), 200) for store in stores)
+    await b.remember(KEY, *batch(5))
+    large = batch(50)
+    await a.remember(KEY, *large)
+    found = await a.recall(KEY)
+    assert found is not None and np.array_equal(found[0], large[0])
+    assert await stores[0].client.exists(recent_key(*KEY)) == 0
+    # b now knows only its own, older batch (it ranked it), never a's through Redis.
+    found = await b.recall(KEY)
+    assert found is not None and len(found[1]) == 5
+
+
+async def test_redis_failures_fall_back_to_memory(stores: list[RedisStore]) -> None:
+    events = Events()
+    worker = RecentRankings(MiB, stores[0], events)
+    configs, scores = batch(4)
+    await worker.remember(KEY, configs, scores)
+    await stores[1].client.set(recent_key(*KEY), b"not an npz")
+    found = await worker.recall(KEY)
+    assert found is not None and np.array_equal(found[0], configs)
+    down = RedisStore(connect(f"redis://127.0.0.1:{free_port()}", 0.2, 0.2), 60, 0)
+    offline = RecentRankings(MiB, down, events)
+    await offline.remember(KEY, configs, scores)
+    found = await offline.recall(KEY)
+    assert found is not None and np.array_equal(found[1], scores)
+    await down.aclose()
+    # A batch Redis did not take is newer than what Redis holds: recalled from memory
+    # without asking Redis again.
+    assert events.errors == ["recent_decode", "recent_set"]
+
+
+async def test_no_room_means_nothing_is_remembered(stores: list[RedisStore]) -> None:
+    a, b = (RecentRankings(0, store, Events()) for store in stores)
+    await a.remember(KEY, *batch(3))
+    assert await a.recall(KEY) is None and await b.recall(KEY) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"PK\x03\x04 an npz", recent.dumps(*batch(3))[:-10], recent.MAGIC + b"\xff" * 8],
+)
+def test_loads_refuses_what_dumps_did_not_write(value: bytes) -> None:
+    with pytest.raises(ValueError, match="not a remembered ranking"):
+        recent.loads(value)
+
+
+@pytest.mark.parametrize("dtype", ["|i1", "<f4", ">f4", "<i8"])
+def test_dumps_and_loads_keep_the_batch_as_sent(dtype: str) -> None:
+    configs = np.arange(5 * 3 * 4).reshape(5, 3, 4).astype(dtype)
+    scores = np.linspace(-1, 1, 5, dtype=np.float32)
+    back_configs, back_scores = recent.loads(recent.dumps(configs, scores))
+    assert back_configs.dtype == np.dtype(dtype).newbyteorder("<")
+    assert np.array_equal(back_configs, configs)
+    assert np.array_equal(back_scores, scores)
