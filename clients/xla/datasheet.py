@@ -344,10 +344,17 @@ def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
         return [*lines, "Not measured: every file here comes from the one machine above. "
                 "Treat runtimes as this machine's; re-run `make collect` on another CPU and "
                 "compare per-program rankings before pooling.", ""]  # fmt: skip
+    # one line per other CPU: the folders may hold several machines of this kind
+    seen: dict[str, dict[str, Any]] = {}
+    for target, side, _ in compared:
+        seen.setdefault(target, side)
     lines += [
-        f"`other_cpu/` holds programs measured with the same protocol and config sample on "
-        f"another machine of this kind ({_cpu(compared[0][1])}; ISA flags "
-        f"{', '.join(compared[0][1]['machine'].get('isa_flags', []))}). Not used for training. "
+        "`other_cpu/<target>/` holds programs measured with the same protocol and config "
+        "sample on other machines of this kind. Not used for training.",
+        "",
+        *(f"- `{t}`: {_cpu(side)}; ISA flags {', '.join(side['machine'].get('isa_flags', []))}"
+          for t, side in seen.items()),
+        "",
         "Per program, over the configs both measured:",
         "",
         "| program | other CPU | configs | Spearman | default ms here / there "

@@ -188,3 +188,35 @@ def test_the_supervisor_restarts_a_crashed_worker_only(
     )  # a Python error: no retry
     codes = iter([-11] * 3)
     assert collect.supervise(["collect"], 2, lines.append) == 1  # restarts exhausted
+
+
+@pytest.mark.usefixtures("jax_installed")
+def test_the_datasheet_is_computed_from_the_sidecars_and_compares_other_cpus(
+    tmp_path: Path,
+) -> None:
+    from xla_costmodel.clients.xla import datasheet
+
+    (side,) = _run(tmp_path)
+    assert side["status"] == "ok" and side["configs_measured"] == 3
+    # The same program "measured on another CPU", where the configs rank the other way.
+    t = side["config_runtime_ns"]
+    other = tmp_path / "other_cpu" / "cpu-test-9.9-avx2"
+    other.mkdir(parents=True)
+    there = {**side, "machine": {**side["machine"], "cpu_family": "9", "cpu_model_id": "9"},
+             "config_runtime_ns": [max(t) + min(t) - x for x in t]}  # fmt: skip
+    (other / "tiny_mlp.json").write_text(json.dumps(there))
+
+    cmp = datasheet.cross_cpu(side, there)
+    assert cmp is not None and cmp["shared"] == 3
+    if len(set(t)) == 3:  # no ties: the ranks reverse exactly
+        assert cmp["spearman"] == pytest.approx(-1.0)
+    # the other CPU's winner is this CPU's slowest config
+    assert cmp["there_best_here"] == pytest.approx(max(t) / min(t))
+
+    datasheet.main([str(tmp_path)])
+    text = (tmp_path / "DATASHEET.md").read_text()
+    assert "1 real JAX / keras programs in 1 architecture families" in text
+    assert "| tiny_mlp | test |" in text
+    assert f"{side['default_ms']:.2f}" in text
+    assert "- `cpu-test-9.9-avx2`: " in text and "family 9 model 9" in text
+    assert "| tiny_mlp | cpu-test-9.9-avx2 | 3 |" in text
