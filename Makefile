@@ -79,10 +79,10 @@ chaos: $(VENV)/.all-deps redis-server postgresql
 learning-curve: $(VENV)/.all-deps redis-server postgresql
 	$(BIN)/python -m xla_costmodel.benchmarks.learning
 
-# The xla_cpu dataset: zoo programs x 100 sampled XLA:CPU option sets, measured on
-# this machine (resumable; progress in datasets/xla_cpu/progress.log), then its datasheet.
+# The xla_cpu dataset: zoo programs x 60 sampled XLA:CPU option sets (row 0 the default),
+# measured on this machine (resumable; progress in datasets/xla_cpu/progress.log), then its datasheet.
 collect: $(VENV)/.all-deps
-	$(BIN)/costmodel collect --configs 100 --time-budget 4200 --out datasets/xla_cpu
+	$(BIN)/costmodel collect --configs 60 --time-budget 4500 --noise-threshold 0.10 --runs 2 --max-rounds 9 --out datasets/xla_cpu
 	$(BIN)/python -m xla_costmodel.clients.xla.datasheet datasets/xla_cpu
 
 # The xla_cpu model from datasets/xla_cpu: leave-families-out cross-validation, then

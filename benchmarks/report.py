@@ -231,6 +231,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines.append(
             f"| `{key}` ({what}) | {_fmt(result.get(key))} | {unit} | {mark} |"
         )
+    lines += ["", *_peer_markdown(result)]
     load = ", ".join(f"{x:.1f}" for x in result.get("loadavg_before", []))
     lines.append("")
     lines.append(
@@ -239,6 +240,43 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"{result.get('wall_s')} s."
     )
     return "\n".join(lines) + "\n"
+
+
+def _peer_markdown(result: Mapping[str, Any]) -> list[str]:
+    """``peer_tables`` as Markdown: per batch size, then by workers."""
+    latency = result.get("peer_latency_ms") or {}
+    if not latency:
+        return []
+    rates = result.get("peer_throughput_configs_per_s") or {}
+    ratios = result.get("ours_over_kserve_by_size") or {}
+    lines = [
+        f"Ours vs KServe vs raw onnxruntime: latency of one request, and configs/s "
+        f"under {result.get('peer_clients')} clients:",
+        "",
+        "| configs | raw ms | ours ms | KServe ms | raw configs/s | ours configs/s "
+        "| KServe configs/s | ours / KServe |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size, row in latency.items():
+        rate = rates.get(size, {})
+        cells = [*(_fmt(row.get(k)) for k in ("raw", "ours", "kserve")),
+                 *(_fmt(rate.get(k)) for k in ("raw", "ours", "kserve")),
+                 _fmt(ratios.get(size))]  # fmt: skip
+        lines.append(f"| {int(size):,} | " + " | ".join(cells) + " |")
+    rows = result.get("workers_table") or []
+    if rows:
+        sizes = [k for k in rows[0] if k != "workers"]
+        lines += [
+            "",
+            f"Our service, configs/s under {result.get('peer_clients')} clients, "
+            "by uvicorn workers:",
+            "",
+            "| workers | " + " | ".join(f"{int(k):,} configs" for k in sizes) + " |",
+            "|---:|" + "---:|" * len(sizes),
+            *(f"| {row['workers']} | " + " | ".join(_fmt(row.get(k)) for k in sizes)
+              + " |" for row in rows),
+        ]  # fmt: skip
+    return lines
 
 
 def main() -> None:

@@ -47,6 +47,10 @@ def collect(
     controls: int = typer.Option(2, "--controls", help="Extra default compiles."),
     runs: int = typer.Option(3, "--runs", help="Timed runs per visit."),
     max_rounds: int = typer.Option(5, "--max-rounds"),
+    noise_threshold: float = typer.Option(
+        0.05, "--noise-threshold", min=0.0,
+        help="Controls disagreeing beyond this: measure again, then drop the program.",
+    ),
     cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (-1: the last allowed)."),
     pin: bool = typer.Option(
         True, "--pin/--no-pin", help="Pin measurement to one CPU."
@@ -69,6 +73,7 @@ def collect(
             "collect", "--out", str(out), "--programs", programs, "--configs", str(configs),
             "--time-budget", str(time_budget), "--seed", str(seed), "--controls", str(controls),
             "--runs", str(runs), "--max-rounds", str(max_rounds), "--cpu", str(cpu),
+            "--noise-threshold", str(noise_threshold),
             "--pin" if pin else "--no-pin", "--worker",
         ]  # fmt: skip
         raise typer.Exit(supervise(argv, restarts, make_log(out / "progress.log")))
@@ -76,7 +81,9 @@ def collect(
 
     all_cpus = sorted(os.sched_getaffinity(0))
     pinned = pin_to(cpu if cpu >= 0 else all_cpus[-1]) if pin else all_cpus
-    protocol = Protocol(runs=runs, max_rounds=max(3, max_rounds))
+    protocol = Protocol(
+        runs=runs, max_rounds=max(3, max_rounds), noise_threshold=noise_threshold
+    )
     run_collection(
         chosen, out, configs=configs, seed=seed, protocol=protocol,
         time_budget=time_budget, controls=controls, compile_cpus=all_cpus,

@@ -16,7 +16,7 @@ from xla_costmodel.benchmarks.data import (
 )
 from xla_costmodel.benchmarks.inproc import take_rows
 from xla_costmodel.benchmarks.plan import FULL, PLANS, QUICK
-from xla_costmodel.benchmarks.report import KEYS, add_ratios, missing_keys
+from xla_costmodel.benchmarks.report import KEYS, add_ratios, markdown, missing_keys
 from xla_costmodel.benchmarks.timing import percentile, time_calls
 from xla_costmodel.tpugraphs.graph_id import graph_id
 
@@ -270,3 +270,25 @@ def test_v2_binary_request_and_answer_round_trip() -> None:
     answer = {"outputs": [{"name": "scores", "data": [0.5, -1.0]}]}
     plain = httpx.Response(200, json=answer)
     assert np.array_equal(decode_scores(plain), scores)
+
+
+def test_markdown_has_the_figures_the_peer_table_and_the_workers_table() -> None:
+    result: dict[str, object] = {key: 2.0 for key in KEYS}
+    result.update(
+        mode="full", date="2026-11-24", machine="cpu", cpu_count=2, wall_s=9.0,
+        loadavg_before=[0.5, 0.4, 0.3], peer_clients=8,
+        peer_latency_ms={"1": {"raw": 0.05, "ours": 1.5, "kserve": 3.0},
+                         "10000": {"raw": 1.0, "ours": 9.0, "kserve": 60.0}},
+        peer_throughput_configs_per_s={"1": {"raw": 2e4, "ours": 600.0, "kserve": 300.0},
+                                       "10000": {"raw": 1e7, "ours": 1.2e6, "kserve": 1.5e5}},
+        ours_over_kserve_by_size={"1": 2.0, "10000": 8.0},
+        workers_table=[{"workers": 1, "1": 600.0, "10000": 1.2e6},
+                       {"workers": 2, "1": 900.0, "10000": 1.5e6}],
+    )  # fmt: skip
+    add_ratios(result)  # type: ignore[arg-type]
+    text = markdown(result)
+    assert "| `load_rps` (" in text and "under 8 clients" in text
+    assert "| 10,000 | 1 | 9 | 60.0 | 10,000,000 | 1,200,000 | 150,000 | 8 |" in text
+    assert "| workers | 1 configs | 10,000 configs |" in text
+    assert "| 2 | 900.0 | 1,500,000 |" in text
+    assert text.rstrip().endswith("9.0 s.")

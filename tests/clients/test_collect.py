@@ -128,11 +128,13 @@ def test_a_program_whose_default_fails_is_dropped_and_recorded(tmp_path: Path) -
 @pytest.mark.usefixtures("jax_installed")
 def test_the_command_collects_a_zoo_program(tmp_path: Path) -> None:
     args = ["collect", "--programs", "mlp_train_3x1024_b64", "--configs", "2",
-            "--max-rounds", "3", "--runs", "1", "--no-pin", "--out", str(tmp_path)]  # fmt: skip
+            "--max-rounds", "3", "--runs", "1", "--noise-threshold", "0.5", "--no-pin",
+            "--out", str(tmp_path)]  # fmt: skip
     result = CliRunner().invoke(cli.build_app(), args)
     assert result.exit_code == 0, result.output
     side = json.loads((tmp_path / "mlp_train_3x1024_b64.json").read_text())
     assert side["family"] == "mlp" and side["pinned_cpus"] == side["compile_cpus"]
+    assert side["protocol"]["noise_threshold"] == 0.5 and side["protocol"]["runs"] == 1
     assert "mlp_train_3x1024_b64" in (tmp_path / "progress.log").read_text()
 
 
