@@ -48,7 +48,9 @@ def collect(
     runs: int = typer.Option(3, "--runs", help="Timed runs per visit."),
     max_rounds: int = typer.Option(5, "--max-rounds"),
     noise_threshold: float = typer.Option(
-        0.05, "--noise-threshold", min=0.0,
+        0.05,
+        "--noise-threshold",
+        min=0.0,
         help="Controls disagreeing beyond this: measure again, then drop the program.",
     ),
     cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (-1: the last allowed)."),
