@@ -17,15 +17,17 @@ measurements per program besides the default, which is always measured too:
   fold's training families, one measurement;
 - ``oracle``: the best of all collected configs (no measurement noise, no rule).
 
-A measurement is one single measuring round of that config in the collection (the
-minimum of its timed runs in a random round, ``round_min_ns``), not the median the
-truth is: the tuner decides on noisy numbers. It keeps the default unless its best
-measured config beats the measured default by more than the program's noise (how far
-the default's separately compiled copies disagreed). A strategy's result is the true
-(median) runtime of the default over that of the config it kept; per program the
-geometric mean over seeds, then the geometric mean over programs. ``slower`` counts
-(program, K, seed) runs whose kept config is truly slower than the default beyond
-the noise.
+A measurement is taken as the real tuner takes one: the median of 3 of the
+collection's rounds for that config, drawn at random (``round_min_ns``: the minimum of
+its timed runs in each round), not the median over every round that the truth is, so
+the tuner decides on noisy numbers. As the real tuner does, the two configs measured
+fastest (if faster than the default) are measured again beside the default, and the
+fastest is kept only if the default is more than max(2 %, the program's noise) slower
+(noise: how far the default's separately compiled copies disagreed). A strategy's
+result is the true (median) runtime of the default over that of the config it kept;
+per program the geometric mean over seeds, then the geometric mean over programs.
+``slower`` counts (program, K, seed) runs whose kept config is truly slower than the
+default beyond the noise.
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ OUT = REPO / "benchmarks" / "results"
 KS = (4, 8, 16)
 ROUND = 4  # configs measured per round
 MIN_ADAPT = 4  # the service's COSTMODEL_ADAPT_MIN_MEASUREMENTS default
+# As the real tuner (clients/xla/tune_rounds.py): a measurement is the median of 3
+# rounds (TUNE_PROTOCOL.min_rounds), the best 2 are measured again before choosing,
+# and a win must exceed max(2 %, the program's noise).
+TUNE_ROUNDS = 3
+CONFIRM = 2
+NOISE_FLOOR = 0.02
 MODEL_SEEDS = 20  # measurement-noise draws per program and K
 RANDOM_SEEDS = 200
 GOAL_K = 8
@@ -59,18 +67,39 @@ Measure = Callable[[int], float]
 
 
 def measurer(program: recipe.Program, rng: np.random.Generator) -> Measure:
-    """One measurement of config ``i``: a random round's minimum (the median if the
-    sidecar kept no rounds)."""
+    """One measurement of config ``i`` as the tuner takes it (``TUNE_PROTOCOL``): the
+    median of ``TUNE_ROUNDS`` random rounds' minima (the median if the sidecar kept
+    no rounds)."""
     if program.round_min is None:
         return lambda i: float(program.runtimes[i])
     rounds = program.round_min.shape[1]
-    return lambda i: float(program.round_min[i, rng.integers(rounds)])
+    take = min(TUNE_ROUNDS, rounds)
+
+    def measure(i: int) -> float:
+        picks = rng.choice(rounds, size=take, replace=False)
+        return float(np.median(program.round_min[i, picks]))
+
+    return measure
 
 
-def keep(program: recipe.Program, measured: dict[int, float]) -> int:
-    """The best measured config if it beats the measured default beyond the noise."""
-    best = min((i for i in measured if i != 0), key=measured.__getitem__, default=0)
-    return best if measured[best] * (1.0 + program.noise) < measured[0] else 0
+def keep(
+    program: recipe.Program, measured: dict[int, float], measure: Measure | None = None
+) -> int:
+    """The tuner's choice (``tune_rounds.Rounds.decide``): the ``CONFIRM`` configs
+    measured fastest, if faster than the default, are measured again beside the
+    default (with ``measure``), and the fastest is kept if the default is more than
+    ``max(NOISE_FLOOR, noise)`` slower than it; otherwise the default (0)."""
+    best = sorted((i for i in measured if i != 0 and measured[i] < measured[0]),
+                  key=measured.__getitem__)[:CONFIRM]  # fmt: skip
+    if not best:
+        return 0
+    if measure is None:
+        final, default = {i: measured[i] for i in best}, measured[0]
+    else:
+        final, default = {i: measure(i) for i in best}, measure(0)
+    winner = min(final, key=final.__getitem__)
+    beaten = default / final[winner] > 1.0 + max(NOISE_FLOOR, program.noise)
+    return winner if beaten else 0
 
 
 def tune_model(program: recipe.Program, prior: np.ndarray, k: int, measure: Measure,
@@ -89,14 +118,15 @@ def tune_model(program: recipe.Program, prior: np.ndarray, k: int, measure: Meas
         if take == 0:
             break
         measured.update((int(i), measure(int(i))) for i in order[:take])
-    return keep(program, measured)
+    return keep(program, measured, measure)
 
 
 def tune_random(program: recipe.Program, k: int, rng: np.random.Generator) -> int:
     measure = measurer(program, rng)
     picks = rng.choice(np.arange(1, len(program.runtimes)), min(k, len(program.runtimes) - 1),
                        replace=False)  # fmt: skip
-    return keep(program, {0: measure(0), **{int(i): measure(int(i)) for i in picks}})
+    measured = {0: measure(0), **{int(i): measure(int(i)) for i in picks}}
+    return keep(program, measured, measure)
 
 
 def tune_fixed(
@@ -106,7 +136,7 @@ def tune_fixed(
     if not idx:  # the default itself, or a config this program could not compile
         return 0
     measure = measurer(program, rng)
-    return keep(program, {0: measure(0), idx: measure(idx)})
+    return keep(program, {0: measure(0), idx: measure(idx)}, measure)
 
 
 def program_result(

@@ -44,7 +44,7 @@ def serve(
     ] = None,
     models: Annotated[
         str | None,
-        typer.Option(help="comma-separated model names (default tile,layout)"),
+        typer.Option(help="comma-separated model names (default tile,layout,xla_cpu)"),
     ] = None,
     log_level: Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR")

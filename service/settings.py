@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     )
     model_dir: Path = SHIPPED_MODELS
     models: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["tile", "layout"], min_length=1
+        default_factory=lambda: ["tile", "layout", "xla_cpu"], min_length=1
     )
     keep_versions: int = Field(
         default=2,

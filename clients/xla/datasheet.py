@@ -352,8 +352,10 @@ def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
         "`other_cpu/<target>/` holds programs measured with the same protocol and config "
         "sample on other machines of this kind. Not used for training.",
         "",
-        *(f"- `{t}`: {_cpu(side)}; ISA flags {', '.join(side['machine'].get('isa_flags', []))}"
-          for t, side in seen.items()),
+        *(
+            f"- `{t}`: {_cpu(side)}; ISA flags {', '.join(side['machine'].get('isa_flags', []))}"
+            for t, side in seen.items()
+        ),
         "",
         "Per program, over the configs both measured:",
         "",

@@ -136,6 +136,18 @@ PROGRAMS: tuple[Program, ...] = (
         plain.mlp(128, 256, 512, 6, 10, True),
         "MLP training step, batch 128",
     ),
+    _p(
+        "mlp_2x2048_b16",
+        "mlp",
+        plain.mlp(16, 1024, 2048, 2, 10, False),
+        "MLP 1024-2048x2-10, batch 16, inference",
+    ),
+    _p(
+        "mlp_train_4x1024_b16",
+        "mlp",
+        plain.mlp(16, 512, 1024, 4, 10, True),
+        "MLP training step, 4 x 1024, batch 16",
+    ),
     # small 2-D CNNs
     _p(
         "cnn_small_32_b32",
@@ -167,6 +179,12 @@ PROGRAMS: tuple[Program, ...] = (
         plain.dwsep_cnn(32, 32, (32, 64, 128)),
         "depthwise-separable CNN 32x32, batch 32",
     ),
+    _p(
+        "cnn_small_64_b8",
+        "cnn",
+        plain.cnn(8, 64, (32, 64, 128), False),
+        "3-stage conv/relu/pool CNN 64x64, batch 8",
+    ),
     # 1-D convolutions over sequences
     _p(
         "conv1d_256_b32",
@@ -192,6 +210,12 @@ PROGRAMS: tuple[Program, ...] = (
         plain.conv1d(8, 256, 64, 4, True),
         "conv1d training step, batch 8",
     ),
+    _p(
+        "conv1d_512_b16",
+        "conv1d",
+        plain.conv1d(16, 512, 64, 4, False),
+        "4-layer conv1d, length 512, 64 ch, batch 16",
+    ),
     # attention kernels alone
     _p(
         "attn_mha_128_b16",
@@ -216,6 +240,12 @@ PROGRAMS: tuple[Program, ...] = (
         "attention",
         plain.attention(4, 128, 256, 8, causal=True, train=True),
         "causal attention gradient, batch 4",
+    ),
+    _p(
+        "attn_mha_64_b16",
+        "attention",
+        plain.attention(16, 64, 256, 8, causal=False),
+        "multi-head attention, seq 64, d 256, 8 heads, batch 16",
     ),
     # transformer blocks (attention + MLP + layer norm)
     _p(
@@ -248,6 +278,12 @@ PROGRAMS: tuple[Program, ...] = (
         plain.transformer(4, 64, 256, 8, 2, True, False, vocab=2048),
         "tiny LM: embed + 2 blocks + vocab 2048 head",
     ),
+    _p(
+        "xfmr_enc_256_b1",
+        "transformer",
+        plain.transformer(1, 256, 256, 4, 2, False, False),
+        "2 encoder blocks, seq 256, d 256, batch 1",
+    ),
     # recurrent nets via lax.scan
     _p(
         "rnn_tanh_128_b32",
@@ -272,6 +308,12 @@ PROGRAMS: tuple[Program, ...] = (
         "rnn",
         plain.rnn("lstm", 16, 32, 64, 256, True),
         "LSTM training step (BPTT), 32 steps",
+    ),
+    _p(
+        "rnn_gru_64_b32",
+        "rnn",
+        plain.rnn("gru", 32, 64, 64, 256, False),
+        "GRU, 64 steps, hidden 256, batch 32",
     ),
     # normalisation-heavy nets
     _p(
@@ -298,6 +340,12 @@ PROGRAMS: tuple[Program, ...] = (
         plain.norm_cnn("group", 4, 32, 64, 4),
         "4 x (conv + group norm + silu) 32x32, batch 4",
     ),
+    _p(
+        "norm_layernorm_mlp_b64",
+        "norm",
+        plain.norm_net("layer", 64, 1024, 4),
+        "4 x (dense 1024 + layer norm + gelu), batch 64",
+    ),
     # U-Net-like encoder/decoders
     _p(
         "unet_64_b8",
@@ -322,6 +370,12 @@ PROGRAMS: tuple[Program, ...] = (
         "unet",
         plain.unet(4, 32, (16, 32, 64), True),
         "3-level U-Net training step, batch 4",
+    ),
+    _p(
+        "unet_64_b2",
+        "unet",
+        plain.unet(2, 64, (16, 32, 64), False),
+        "3-level U-Net 64x64, batch 2",
     ),
 )
 

@@ -255,3 +255,54 @@ def test_importing_the_tuner_loads_no_jax() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def shipped_xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real uvicorn process serving the shipped xla_cpu artifact (models/artifacts)."""
+    root = tmp_path_factory.mktemp("shipped_xla_cpu")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COSTMODEL_MODELS": MODEL,
+           "COSTMODEL_MODEL_DIR": str(REPO / "models" / "artifacts"),
+           "COSTMODEL_DATA_DIR": str(root / "db"), "COSTMODEL_LOG_LEVEL": "WARNING"}  # fmt: skip
+    log = (root / "service.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xla_costmodel.service.cli", "--port", str(port)],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with CostModelClient(url) as probe:
+            deadline = time.monotonic() + 60
+            while not probe.ready():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = (root / "service.log").read_text(errors="replace")[-3000:]
+                    pytest.fail(f"the service did not become ready; its log:\n{tail}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        log.close()
+
+
+def test_the_example_program_is_tuned_with_the_shipped_model(
+    shipped_xla_cpu_service: str, tmp_path: Path
+) -> None:
+    """README's `costmodel tune examples/tune_programs.py:my_program`, tiny budget."""
+    result = _costmodel("tune", "examples/tune_programs.py:my_program",
+                        "--server", shipped_xla_cpu_service, "--budget", "2",
+                        "--rounds", "1", "--candidates", "16", "--json",
+                        cache=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert body["service_answered"] and body["strategy"] == "model"
+    assert body["model"] == MODEL and body["model_version"] == "1"
+    assert len(body["measured"]) + len(body["failed"]) == 2
+    (first,) = body["rounds"]
+    assert first["feedback_stored"] >= 1  # the default's runtime at least
+    measured = [m["compiler_options"] for m in body["measured"]]
+    assert body["compiler_options"] == {} or body["compiler_options"] in measured
+    assert body["speedup"] == pytest.approx(body["default_ms"] / body["best_ms"])

@@ -18,9 +18,16 @@ CHECKPOINTS = ARTIFACTS.parent / "checkpoints"
 REPO = ARTIFACTS.parents[1]  # the manifests' data paths are relative to it
 SAMPLE = {"tile": "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
           "layout": "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"}  # fmt: skip
+# xla_cpu's data is the project's own, committed in the repository.
+XLA_CPU_SAMPLE = REPO / "datasets" / "xla_cpu" / "mlp_4x2048_b32.npz"
+SHIPPED = ["tile", "layout", "xla_cpu"]
 
 
-@pytest.mark.parametrize("name", ["tile", "layout"])
+def sample_path(name: str, shared_data: Path) -> Path:
+    return XLA_CPU_SAMPLE if name == "xla_cpu" else shared_data / SAMPLE[name]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_artifact_loads_and_scores(name: str, shared_data: Path) -> None:
     versions = list_versions(ARTIFACTS, name)
     assert versions, f"no shipped {name} artifact"
@@ -32,7 +39,7 @@ def test_shipped_artifact_loads_and_scores(name: str, shared_data: Path) -> None
     size = sum(f.stat().st_size for f in artifact.iterdir())
     assert size < 3_000_000
     runner = ArtifactRunner(artifact)
-    sample = load_npz(shared_data / SAMPLE[name])
+    sample = load_npz(sample_path(name, shared_data))
     scores = runner.score(runner.encode(sample.graph), sample.configs[:50])
     assert scores.shape == (50,) and np.isfinite(scores).all()
 
@@ -64,7 +71,7 @@ def test_shipped_layout_model_never_trains_on_its_validation_graph(
     assert manifest.training["train_config"]["early_stopping"] is False
 
 
-@pytest.mark.parametrize("name", ["tile", "layout"])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_checkpoint_is_the_artifacts_model(
     name: str, shared_data: Path
 ) -> None:
@@ -80,9 +87,31 @@ def test_shipped_checkpoint_is_the_artifacts_model(
     assert path.stat().st_size < 1_000_000
     model = load_checkpoint(path).model  # torch.load(weights_only=True)
     runner = ArtifactRunner(ARTIFACTS / name / version)
-    sample = load_npz(shared_data / SAMPLE[name])
+    sample = load_npz(sample_path(name, shared_data))
     configs = sample.configs[:64]
     with torch.no_grad():
         want = model(graph_tensors(sample.graph), torch.from_numpy(configs)).numpy()
     got = runner.score(runner.encode(sample.graph), configs)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_shipped_xla_cpu_model_names_its_cpu_and_holds_out_whole_families() -> None:
+    """Trained on every collected program, with metrics from leave-families-out CV,
+    and served under the target of the CPU the data was measured on."""
+    import json
+
+    from xla_costmodel.models.xla_cpu_recipe import sidecar_target
+
+    manifest = read_manifest(ARTIFACTS / "xla_cpu" / "1")
+    data = XLA_CPU_SAMPLE.parent
+    sides = [json.loads(p.read_text()) for p in data.glob("*.json")]
+    ok = {s["name"]: s for s in sides if s["status"] == "ok"}
+    assert {Path(f).stem for f in manifest.training["data_files"]} == set(ok)
+    assert manifest.target == sidecar_target(data) and manifest.target.startswith(
+        "cpu-"
+    )
+    validation = manifest.metrics["validation"]
+    families = {s["family"] for s in ok.values()}
+    assert validation["method"] == "leave-families-out"
+    assert set(validation["families"]) == set(validation["fixed"]) == families
+    assert {row["graph"] for row in manifest.metrics["graphs"]} == set(ok)

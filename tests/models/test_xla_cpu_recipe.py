@@ -129,6 +129,15 @@ def test_the_tuner_keeps_the_default_unless_beaten_beyond_noise(
     program = recipe.load_programs(collection)[2]  # b0: row 5 at 0.8x
     assert xla_tuning.keep(program, {0: 100.0, 5: 99.0}) == 0  # within 2% noise
     assert xla_tuning.keep(program, {0: 100.0, 5: 80.0}) == 5
+    # The best two are measured again beside the default; only that decides.
+    again = {0: 100.0, 5: 101.0, 6: 85.0, 7: 50.0}
+    measured = {0: 100.0, 5: 80.0, 6: 90.0, 7: 95.0}
+    assert xla_tuning.keep(program, measured, again.__getitem__) == 6
+    assert (
+        xla_tuning.keep(program, {0: 100.0, 5: 80.0}, {0: 100.0, 5: 99.0}.__getitem__)
+        == 0
+    )
+    assert xla_tuning.keep(program, {0: 100.0, 5: 120.0}, again.__getitem__) == 0
     scores = np.where(np.arange(CONFIGS) == 5, -1.0, 0.0)  # the model likes row 5
     chosen = xla_tuning.tune_model(program, scores, 4, lambda i: program.runtimes[i])
     assert chosen == 5

@@ -38,8 +38,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def shipped() -> Path:
-    """The real exported artifacts (models/artifacts/{tile,layout}/<version>/)."""
-    for name in ("tile", "layout"):
+    """The real exported artifacts (models/artifacts/{tile,layout,xla_cpu}/<version>/)."""
+    for name in ("tile", "layout", "xla_cpu"):
         if not (ARTIFACTS / name).is_dir():
             pytest.fail(f"shipped artifacts missing: {ARTIFACTS / name}")
     return ARTIFACTS
@@ -65,9 +65,9 @@ def kernel(shared_data: Path) -> Sample:
 
 @pytest.fixture
 def model_dir(tmp_path: Path, shipped: Path) -> Path:
-    """A private copy of the shipped artifacts, version 1 of each model."""
+    """A private copy of the shipped artifacts (every default model), version 1 of each."""
     root = tmp_path / "artifacts"
-    for name in ("tile", "layout"):
+    for name in ("tile", "layout", "xla_cpu"):
         newest = max(
             (p for p in (shipped / name).iterdir() if p.name.isdigit()),
             key=lambda p: int(p.name),

@@ -65,7 +65,11 @@ async def test_reload_swaps_in_a_good_version_and_keeps_pins(
         after["model_version"] == "2" and after["ranking"] == before["ranking"]
     )  # same weights
     models = (await client.get("/v1/models")).json()["models"]
-    assert {m["name"]: m["version"] for m in models} == {"tile": "2", "layout": "1"}
+    assert {m["name"]: m["version"] for m in models} == {
+        "tile": "2",
+        "layout": "1",
+        "xla_cpu": "1",
+    }
     assert (
         'costmodel_model_info{collection="tile",model="tile",version="2"} 1.0'
         in (await client.get("/metrics")).text

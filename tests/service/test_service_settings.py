@@ -16,7 +16,7 @@ from xla_costmodel.service.settings import Settings
 
 def test_defaults() -> None:
     s = Settings()
-    assert s.models == ["tile", "layout"]
+    assert s.models == ["tile", "layout", "xla_cpu"]
     # the shipped artifacts wherever the package is, not relative to the working dir
     assert s.model_dir == Path(__file__).resolve().parents[2] / "models" / "artifacts"
     assert (s.model_dir / "tile" / "1" / "manifest.json").is_file()
