@@ -45,7 +45,15 @@ async def list_models(registry: RegistryDep) -> ModelsOut:
 @router.post(
     "/{name}/reload",
     response_model=ReloadOut,
-    responses=error_responses(401, 403, 404, 409, 422, 503),
+    responses={
+        # The model name travels in the request line: one that cannot be sent as a
+        # valid HTTP path is refused by uvicorn's parser, as plain text, before the app.
+        400: {
+            "description": "the HTTP server could not parse the request (plain text)",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **error_responses(401, 403, 404, 409, 422, 503),
+    },
 )
 async def reload_model(
     request: Request,
