@@ -124,7 +124,7 @@ def evaluate_artifact(
         if spec.default_is_normalizer
         else spec.no_default_baseline()
     )
-    return _nan_to_none(
+    return nan_to_none(
         {
             "collection": collection,
             "model_version": runner.version,
@@ -140,14 +140,14 @@ def evaluate_artifact(
     )
 
 
-def _nan_to_none(value: Any) -> Any:
+def nan_to_none(value: Any) -> Any:
     """JSON has no NaN: an undefined metric (tau of constant runtimes) becomes null."""
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
+        return {k: nan_to_none(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_nan_to_none(v) for v in value]
+        return [nan_to_none(v) for v in value]
     return value
 
 

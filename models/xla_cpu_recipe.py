@@ -43,6 +43,7 @@ import numpy.typing as npt
 import typer
 from rich.console import Console
 
+from xla_costmodel.models.evaluate import nan_to_none
 from xla_costmodel.tpugraphs import machine, xla_cpu
 from xla_costmodel.tpugraphs.collections import XLA_CPU
 from xla_costmodel.tpugraphs.metrics import mean_metrics
@@ -252,7 +253,7 @@ def cv_report(
     per_family = {f.family: _means([r for r in rows if r["family"] == f.family])
                   for f in folds}  # fmt: skip
     overall = _means(rows)
-    return _nan_to_none({
+    return nan_to_none({
         "collection": XLA_CPU.name,
         "split": METHOD,
         "validation": {
@@ -271,16 +272,6 @@ def cv_report(
         "mean": overall["model"],
         "baselines": {b: overall[b] for b in ("default", "random", "fixed")},
     })  # fmt: skip
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and np.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_nan_to_none(v) for v in value]
-    return value
 
 
 def sidecar_target(data: Path) -> str:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -68,31 +69,19 @@ def _tiny() -> tuple[Any, tuple[Any, ...]]:
     return fn, (w, jnp.zeros((128,), jnp.float32), x)
 
 
-@pytest.fixture(scope="module")
-def xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real uvicorn process serving a tiny xla_cpu model trained on synthetic files."""
-    from xla_costmodel.models.export import export_artifact
-    from xla_costmodel.models.network import ModelConfig
-    from xla_costmodel.models.synthetic import write_tree
-    from xla_costmodel.models.train import TrainConfig, fit
-
-    root = tmp_path_factory.mktemp("tune_service")
-    train = write_tree(root / "data", MODEL, "train", 4, seed=0, num_configs=40)
-    valid = write_tree(root / "data", MODEL, "valid", 1, seed=1, num_configs=40)
-    network = ModelConfig(MODEL, hidden=8, layers=1, embed=8, scorer_hidden=8)
-    cfg = TrainConfig(MODEL, epochs=1, model=network, batch_configs=32)
-    out = root / "models" / MODEL / "1"
-    export_artifact(fit(train, valid, cfg, out.parent), out, name=MODEL)
+@contextmanager
+def _service(root: Path, model_dir: Path, argv: list[str]) -> Iterator[str]:
+    """A real uvicorn process (``argv`` + ``--port``) serving the xla_cpu model from
+    ``model_dir``; its URL once ready."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(REPO), "COSTMODEL_MODELS": MODEL,
-           "COSTMODEL_MODEL_DIR": str(root / "models"),
+           "COSTMODEL_MODEL_DIR": str(model_dir),
            "COSTMODEL_DATA_DIR": str(root / "db"), "COSTMODEL_LOG_LEVEL": "WARNING"}  # fmt: skip
     log = (root / "service.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "xla_costmodel.service.app:app_from_env",
-         "--factory", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, *argv, "--port", str(port)],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -109,6 +98,27 @@ def xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=15)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real uvicorn process serving a tiny xla_cpu model trained on synthetic files."""
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.synthetic import write_tree
+    from xla_costmodel.models.train import TrainConfig, fit
+
+    root = tmp_path_factory.mktemp("tune_service")
+    train = write_tree(root / "data", MODEL, "train", 4, seed=0, num_configs=40)
+    valid = write_tree(root / "data", MODEL, "valid", 1, seed=1, num_configs=40)
+    network = ModelConfig(MODEL, hidden=8, layers=1, embed=8, scorer_hidden=8)
+    cfg = TrainConfig(MODEL, epochs=1, model=network, batch_configs=32)
+    out = root / "models" / MODEL / "1"
+    export_artifact(fit(train, valid, cfg, out.parent), out, name=MODEL)
+    uvicorn = ["-m", "uvicorn", "xla_costmodel.service.app:app_from_env", "--factory",
+               "--host", "127.0.0.1"]  # fmt: skip
+    with _service(root, root / "models", uvicorn) as url:
+        yield url
 
 
 def test_tune_ranks_measures_feeds_back_and_keeps_a_sound_choice(
@@ -261,31 +271,9 @@ def test_importing_the_tuner_loads_no_jax() -> None:
 def shipped_xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real uvicorn process serving the shipped xla_cpu artifact (models/artifacts)."""
     root = tmp_path_factory.mktemp("shipped_xla_cpu")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COSTMODEL_MODELS": MODEL,
-           "COSTMODEL_MODEL_DIR": str(REPO / "models" / "artifacts"),
-           "COSTMODEL_DATA_DIR": str(root / "db"), "COSTMODEL_LOG_LEVEL": "WARNING"}  # fmt: skip
-    log = (root / "service.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "xla_costmodel.service.cli", "--port", str(port)],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with CostModelClient(url) as probe:
-            deadline = time.monotonic() + 60
-            while not probe.ready():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = (root / "service.log").read_text(errors="replace")[-3000:]
-                    pytest.fail(f"the service did not become ready; its log:\n{tail}")
-                time.sleep(0.1)
+    argv = ["-m", "xla_costmodel.service.cli"]
+    with _service(root, REPO / "models" / "artifacts", argv) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()
 
 
 def test_the_example_program_is_tuned_with_the_shipped_model(
