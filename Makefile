@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: serve test test-fast lint train bench bench-quick kserve-venv chaos learning-curve collect train-xla-cpu xla-tuning redis-server postgresql clean
+.PHONY: serve test test-fast lint train bench bench-quick kserve-venv chaos learning-curve collect train-xla-cpu xla-tuning monitoring-plot redis-server postgresql prometheus clean
 
 # The service needs no torch: `make serve` installs the runtime dependencies only.
 $(VENV)/.serve-deps: pyproject.toml
@@ -42,7 +42,15 @@ postgresql:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 	@$(PG_INITDB) || { echo "postgresql (initdb) missing"; exit 1; }
 
-test: $(VENV)/.all-deps redis-server postgresql kserve-venv
+# Tests run `promtool check/test rules` and a real Prometheus scraping a real service.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing prometheus"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v promtool >/dev/null 2>&1 || { echo "prometheus (promtool) missing"; exit 1; }
+
+test: $(VENV)/.all-deps redis-server postgresql prometheus kserve-venv
 	$(BIN)/pytest
 
 lint: $(VENV)/.all-deps
@@ -79,21 +87,30 @@ chaos: $(VENV)/.all-deps redis-server postgresql
 learning-curve: $(VENV)/.all-deps redis-server postgresql
 	$(BIN)/python -m xla_costmodel.benchmarks.learning
 
-# The xla_cpu dataset: zoo programs x 60 sampled XLA:CPU option sets (row 0 the default),
-# measured on this machine (resumable; progress in datasets/xla_cpu/progress.log), then its datasheet.
+# The xla_cpu dataset: one folder per target (CPU). Zoo programs x 60 sampled XLA:CPU
+# option sets (row 0 the default), measured on this machine into its target's folder
+# (resumable; progress in datasets/xla_cpu/<target>/progress.log), then its datasheet.
+XLA_TARGET = $(shell $(BIN)/python -c "from xla_costmodel.tpugraphs import machine; print(machine.target())" 2>/dev/null)
 collect: $(VENV)/.all-deps
-	$(BIN)/costmodel collect --configs 60 --time-budget 4500 --noise-threshold 0.10 --runs 2 --max-rounds 9 --out datasets/xla_cpu
-	$(BIN)/python -m xla_costmodel.clients.xla.datasheet datasets/xla_cpu
+	$(BIN)/costmodel collect --configs 60 --time-budget 4500 --noise-threshold 0.10 --runs 2 --max-rounds 9 --out datasets/xla_cpu/$(XLA_TARGET)
+	$(BIN)/python -m xla_costmodel.clients.xla.datasheet datasets/xla_cpu/$(XLA_TARGET)
 
-# The xla_cpu model from datasets/xla_cpu: leave-families-out cross-validation, then
-# trained on every program: models/artifacts/xla_cpu/1 (CV metrics in its manifest).
+# The xla_cpu model from every target of datasets/xla_cpu: cross-validation leaving
+# families and targets out, then trained on every program: models/artifacts/xla_cpu/1
+# (CV metrics in its manifest, per-target knowledge seeds in knowledge.npz).
 train-xla-cpu: $(VENV)/.all-deps
 	$(BIN)/python -m xla_costmodel.models.xla_cpu_recipe
 
-# Tuning simulated on held-out families with the CV fold models (K = 4, 8, 16) vs
-# random, the best fixed option set and the oracle: benchmarks/results/xla_tuning.*
+# The fleet simulation (costmodel simulate): per target, programs tuned at K = 8 after
+# h = 0, 5, 10, 20 others, by the real policy vs random, the best fixed set and the
+# oracle: benchmarks/results/fleet.json
 xla-tuning: $(VENV)/.all-deps
-	$(BIN)/python -m xla_costmodel.benchmarks.xla_tuning
+	$(BIN)/costmodel simulate --out benchmarks/results/fleet.json
+
+# The README's monitoring figure: a real service and Prometheus, a fleet of tuners
+# replaying datasets/xla_cpu; the recorded series plotted (benchmarks/results/monitoring.*).
+monitoring-plot: $(VENV)/.all-deps prometheus
+	$(BIN)/python -m xla_costmodel.benchmarks.monitoring
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -134,6 +134,7 @@ def start_cluster(
     copy_artifact(latest(SHIPPED_MODELS, "tile"), model_dir / "tile" / "1")
     redis = stack.enter_context(ChaosRedis(tmp))
     postgres = stack.enter_context(ChaosPostgres(tmp))
+    token = create_writer(postgres.url)
     env = {
         "COSTMODEL_MODEL_DIR": str(model_dir),
         "COSTMODEL_MODELS": "tile",
@@ -142,14 +143,28 @@ def start_cluster(
         "COSTMODEL_DATA_DIR": str(tmp / "data"),
         "COSTMODEL_MAX_INFLIGHT": str(plan.max_inflight),
         "COSTMODEL_ADMIN_TOKEN": ADMIN_TOKEN,
+        "COSTMODEL_FEEDBACK_AUTH": "token",  # as deployed, although on loopback
         "COSTMODEL_LOG_LEVEL": "WARNING",
     }
     server = stack.enter_context(CostmodelServe(tmp, env))
     tile = tile_workload(pool=plan.pool)
     raw = [s.graph for s in tile.samples]
-    workload = Workload("tile", raw, [prepare_graph(g) for g in raw], tile.configs)
+    workload = Workload(
+        "tile", raw, [prepare_graph(g) for g in raw], tile.configs, token=token
+    )
     return Cluster(redis, postgres, server, model_dir, "tile", plan.clients,
                    workload, recorder, ledger)  # fmt: skip
+
+
+def create_writer(database_url: str) -> str:
+    """A writer for the run's clients, as ``costmodel tokens create`` makes one."""
+    from xla_costmodel.service.store import MeasurementStore
+
+    store = MeasurementStore.open(database_url)
+    try:
+        return store.writers.create("chaos")
+    finally:
+        store.close()
 
 
 # Server-side evidence that a fault was felt: (metric family, label filter) -> name.

@@ -206,6 +206,7 @@ class Workload:
     rank_deadline_s: float = 15.0
     # Long enough to ride out a database restart (503 feedback_unavailable).
     feedback_deadline_s: float = 30.0
+    token: str | None = None  # the writer's (the server requires one)
 
 
 # Retry-After is honoured but capped, so a phase of a few seconds still sees clients
@@ -253,8 +254,9 @@ class Crew:
         rng = np.random.default_rng(index)
         transport = CountingTransport(self.recorder)
         with CostModelClient(
-            self.url, timeout=10.0, retry=CHAOS_RETRY, transport=transport
-        ) as client:
+            self.url, timeout=10.0, retry=CHAOS_RETRY, transport=transport,
+            token=w.token or "",
+        ) as client:  # fmt: skip
             for i in itertools.count(index):
                 if self._stop.is_set():
                     return

@@ -52,9 +52,10 @@ class AsyncCostModelClient(ClientCore):
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
         default_deadline: float | None = None,
+        token: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        super().__init__(timeout, limits, retry, default_deadline)
+        super().__init__(timeout, limits, retry, default_deadline, token)
         self._sleep = sleep
         self._http = httpx.AsyncClient(
             base_url=base_url,
@@ -89,11 +90,12 @@ class AsyncCostModelClient(ClientCore):
         model_version: str | None = None,
         target: str | None = None,
         adapt: bool = True,
+        portfolio: bool = False,
     ) -> RankResult:
         """See ``CostModelClient.rank``."""
         limit = self._deadline(deadline)  # client-side preparation counts too
         prepared, n, flow = self._prepare_rank(
-            model, graph, configs, top_k, model_version, target, adapt
+            model, graph, configs, top_k, model_version, target, adapt, portfolio
         )
         try:
             return await self._run(flow, limit)
@@ -122,6 +124,7 @@ class AsyncCostModelClient(ClientCore):
         *,
         configs: Any | None = None,
         config_indices: Sequence[int] | None = None,
+        ranking_id: str | None = None,
         model_version: str | None = None,
         target: str | None = None,
         deadline: DeadlineArg = None,
@@ -137,6 +140,7 @@ class AsyncCostModelClient(ClientCore):
             model_version,
             self.known_graphs,
             target,
+            ranking_id,
         )
         return await self._run(flow, limit)
 

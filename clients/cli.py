@@ -72,6 +72,13 @@ def replay(
     json_: bool = typer.Option(
         False, "--json", help="Print one JSON object instead of a table."
     ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="COSTMODEL_TOKEN",
+        show_envvar=True,
+        help="Writer token for the feedback of --rounds (costmodel tokens create).",
+    ),
 ) -> None:
     """Act as an autotuner on files with measured runtimes and report how well the
     model's top-K does against the true best, the default config and random K."""
@@ -88,7 +95,7 @@ def replay(
         raise typer.BadParameter(str(exc)) from None
     stderr = Console(stderr=True)
     try:
-        with CostModelClient(server, timeout=REPLAY_TIMEOUT) as client:
+        with CostModelClient(server, timeout=REPLAY_TIMEOUT, token=token) as client:
             replayer = Replayer(client, plan, model, rounds, target)
             report = _run(replayer, paths, stderr)
     except CostModelError as exc:

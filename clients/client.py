@@ -52,9 +52,10 @@ class CostModelClient(ClientCore):
         transport: httpx.BaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
         default_deadline: float | None = None,
+        token: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        super().__init__(timeout, limits, retry, default_deadline)
+        super().__init__(timeout, limits, retry, default_deadline, token)
         self._sleep = sleep
         self._http = httpx.Client(
             base_url=base_url,
@@ -89,6 +90,7 @@ class CostModelClient(ClientCore):
         model_version: str | None = None,
         target: str | None = None,
         adapt: bool = True,
+        portfolio: bool = False,
     ) -> RankResult:
         """Rank ``configs`` for ``graph``, best first.
 
@@ -104,7 +106,7 @@ class CostModelClient(ClientCore):
         """
         limit = self._deadline(deadline)  # client-side preparation counts too
         prepared, n, flow = self._prepare_rank(
-            model, graph, configs, top_k, model_version, target, adapt
+            model, graph, configs, top_k, model_version, target, adapt, portfolio
         )
         try:
             return self._run(flow, limit)
@@ -134,12 +136,15 @@ class CostModelClient(ClientCore):
         *,
         configs: Any | None = None,
         config_indices: Sequence[int] | None = None,
+        ranking_id: str | None = None,
         model_version: str | None = None,
         target: str | None = None,
         deadline: DeadlineArg = None,
     ) -> FeedbackResult:
-        """Report measured runtimes, for config rows or indices of the last rank request.
+        """Report measured runtimes, for config rows, or for indices into the rank
+        answer ``ranking_id`` names (``RankResult.ranking_id``).
 
+        Sends the client's writer token (``token=``, else ``COSTMODEL_TOKEN``).
         Raises ``EndpointNotFound`` if the service has no ``/v1/feedback`` route.
         """
         limit = self._deadline(deadline)
@@ -152,6 +157,7 @@ class CostModelClient(ClientCore):
             model_version,
             self.known_graphs,
             target,
+            ranking_id,
         )
         return self._run(flow, limit)
 

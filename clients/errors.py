@@ -1,7 +1,7 @@
 """The client's one exception tree, and the one table that maps HTTP answers onto it.
 
     CostModelError                  anything the client raises
-    ├── ServiceUnavailable          no answer in time: unreachable, timed out, 429/5xx
+    ├── ServiceUnavailable          no answer in time: unreachable, timed out, 408/429/5xx
     │   └── DeadlineExceeded        the caller's deadline passed before an answer
     ├── ApiError                    the service refused the request as sent (4xx)
     │   ├── InvalidRequest          400/413/415/422, or input rejected before sending
@@ -112,15 +112,16 @@ _BY_STATUS: Mapping[int, type[CostModelError]] = {
     413: InvalidRequest,
     415: InvalidRequest,
     422: InvalidRequest,
-    429: ServiceUnavailable,
+    408: ServiceUnavailable,  # the body did not arrive in time: nothing was done
+    429: ServiceUnavailable,  # overloaded, or the writer's quota: see Retry-After
 }
 # Statuses where the same request may succeed later (500 is a bug: not retried).
-RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+RETRYABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
 # The subset where the service itself refused before acting (overloaded, not ready,
 # database unavailable): the only ones safe to repeat for a non-idempotent call
 # (feedback is idempotent: it carries an Idempotency-Key).
 # A 502/504 comes from a proxy that may have passed the request on before failing.
-NOTHING_DONE_STATUSES = frozenset({429, 503})
+NOTHING_DONE_STATUSES = frozenset({408, 429, 503})
 
 
 def error_from_response(

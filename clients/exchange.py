@@ -12,6 +12,7 @@ deadline. The operations live in ``clients.operations``, shared by both clients.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ DEFAULT_LIMITS = httpx.Limits(
     max_connections=16, max_keepalive_connections=8, keepalive_expiry=30.0
 )
 USER_AGENT = "costmodel-client/0.1"
+TOKEN_ENV = "COSTMODEL_TOKEN"  # a writer's token, when none is passed
 DeadlineArg = float | Deadline | None
 
 
@@ -51,6 +53,7 @@ class ClientCore:
         limits: httpx.Limits,
         retry: RetryPolicy | None,
         default_deadline: float | None,
+        token: str | None = None,
     ) -> None:
         self.timeout = (
             timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
@@ -60,10 +63,14 @@ class ClientCore:
         self.default_deadline = default_deadline
         # Graph ids the service answered for: ranked by id, the others sent inline.
         self.known_graphs = KnownGraphs()
+        # The writer token feedback needs (docs/security.md); "" means none at all.
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
 
-    @staticmethod
-    def _headers(extra: Mapping[str, str] | None) -> dict[str, str]:
-        return {"User-Agent": USER_AGENT, "Accept": "application/json", **(extra or {})}
+    def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        base = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if self.token:
+            base["Authorization"] = f"Bearer {self.token}"
+        return {**base, **(extra or {})}
 
     def _deadline(self, value: DeadlineArg) -> Deadline:
         return Deadline.coerce(value, self.default_deadline)
@@ -104,12 +111,14 @@ class ClientCore:
         version: str | None,
         target: str | None = None,
         adapt: bool = True,
+        portfolio: bool = False,
     ) -> tuple[PreparedGraph, int, Flow[RankResult]]:
         prepared = prepare_graph(graph, configs)
         array = config_array(configs, prepared)
         flow = rank_flow(
-            model, prepared, array, top_k, version, self.known_graphs, target, adapt
-        )
+            model, prepared, array, top_k, version, self.known_graphs, target, adapt,
+            portfolio,
+        )  # fmt: skip
         return prepared, int(array.shape[0]), flow
 
 

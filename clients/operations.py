@@ -106,6 +106,7 @@ def rank_flow(
     known: KnownGraphs,
     target: str | None = None,
     adapt: bool = True,
+    portfolio: bool = False,
 ) -> Flow[RankResult]:
     """POST /v1/rank: by graph id once ``known`` has it, else with the graph inline.
 
@@ -119,7 +120,7 @@ def rank_flow(
     n = int(configs.shape[0])
     accept = NPZ if n >= NPZ_ANSWER_MIN_CONFIGS else None
     by_id = (model, graph.graph_id) in known
-    opts = RankOptions(top_k, version, target, adapt, accept)
+    opts = RankOptions(top_k, version, target, adapt, accept, portfolio)
     first = _rank_call(model, graph, configs, opts, by_id)
     uploaded = not by_id
     try:
@@ -144,6 +145,7 @@ class RankOptions:
     target: str | None
     adapt: bool
     accept: str | None
+    portfolio: bool = False
 
 
 def _rank_call(
@@ -158,6 +160,7 @@ def _rank_call(
         model=model, graph_id=graph_id, top_k=opts.top_k,
         model_version=opts.version, target=opts.target,
         adapt=None if opts.adapt else "false",
+        portfolio="true" if opts.portfolio else None,
     )  # fmt: skip
     body = configs_npz(configs, graph, inline=not by_id)
     return Call("POST", "/v1/rank", params, body, NPZ, accept=opts.accept)
@@ -179,6 +182,7 @@ def feedback_flow(
     version: str | None,
     known: KnownGraphs | None = None,
     target: str | None = None,
+    ranking_id: str | None = None,
 ) -> Flow[FeedbackResult]:
     """POST /v1/feedback (JSON) with a fresh ``Idempotency-Key``: every resend of this
     call carries the same key, so the service stores it once however often it is
@@ -189,6 +193,8 @@ def feedback_flow(
         body["model_version"] = version
     if target is not None:
         body["target"] = target
+    if ranking_id is not None:  # the rank answer config_indices index into
+        body["ranking_id"] = ranking_id
     call = Call(
         "POST", "/v1/feedback", {}, json_body(body), JSON,
         idempotency_key=uuid.uuid4().hex,

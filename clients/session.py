@@ -37,6 +37,7 @@ class Ranks(Protocol):
         model_version: str | None = ...,
         target: str | None = ...,
         adapt: bool = ...,
+        portfolio: bool = ...,
     ) -> RankResult: ...
 
     def feedback(
@@ -47,6 +48,7 @@ class Ranks(Protocol):
         *,
         configs: Any | None = ...,
         config_indices: Sequence[int] | None = ...,
+        ranking_id: str | None = ...,
         model_version: str | None = ...,
         target: str | None = ...,
         deadline: DeadlineArg = ...,
@@ -66,6 +68,7 @@ class AsyncRanks(Protocol):
         model_version: str | None = ...,
         target: str | None = ...,
         adapt: bool = ...,
+        portfolio: bool = ...,
     ) -> RankResult: ...
 
     async def feedback(
@@ -76,6 +79,7 @@ class AsyncRanks(Protocol):
         *,
         configs: Any | None = ...,
         config_indices: Sequence[int] | None = ...,
+        ranking_id: str | None = ...,
         model_version: str | None = ...,
         target: str | None = ...,
         deadline: DeadlineArg = ...,
@@ -89,10 +93,16 @@ class _Pin:
         self.model = model
         self.model_version = model_version
         self.target = target  # the hardware this session measures on
+        self.last_ranking_id: str | None = None  # of the latest answer
+
+    def _indexed(self, indices: Sequence[int] | None) -> str | None:
+        """Indices without a ranking_id mean the session's latest answer."""
+        return None if indices is None else self.last_ranking_id
 
     def _pin(self, result: RankResult) -> RankResult:
         if result.degraded:
             return result
+        self.last_ranking_id = result.ranking_id
         if self.model_version is None:
             self.model_version = result.model_version
         elif result.model_version != self.model_version:
@@ -125,6 +135,7 @@ class TuningSession(_Pin):
         deadline: float | Deadline | None = None,
         fallback: Sequence[int] | None = None,
         adapt: bool = True,
+        portfolio: bool = False,
     ) -> RankResult:
         result = self.client.rank(
             self.model,
@@ -136,6 +147,7 @@ class TuningSession(_Pin):
             model_version=self.model_version,
             target=self.target,
             adapt=adapt,
+            portfolio=portfolio,
         )
         return self._pin(result)
 
@@ -146,6 +158,7 @@ class TuningSession(_Pin):
         *,
         configs: Any | None = None,
         config_indices: Sequence[int] | None = None,
+        ranking_id: str | None = None,
         deadline: float | Deadline | None = None,
     ) -> FeedbackResult:
         return self.client.feedback(
@@ -154,6 +167,7 @@ class TuningSession(_Pin):
             runtimes_ns,
             configs=configs,
             config_indices=config_indices,
+            ranking_id=ranking_id or self._indexed(config_indices),
             model_version=self.model_version,
             target=self.target,
             deadline=deadline,
@@ -182,6 +196,7 @@ class AsyncTuningSession(_Pin):
         deadline: float | Deadline | None = None,
         fallback: Sequence[int] | None = None,
         adapt: bool = True,
+        portfolio: bool = False,
     ) -> RankResult:
         result = await self.client.rank(
             self.model,
@@ -193,6 +208,7 @@ class AsyncTuningSession(_Pin):
             model_version=self.model_version,
             target=self.target,
             adapt=adapt,
+            portfolio=portfolio,
         )
         return self._pin(result)
 
@@ -203,6 +219,7 @@ class AsyncTuningSession(_Pin):
         *,
         configs: Any | None = None,
         config_indices: Sequence[int] | None = None,
+        ranking_id: str | None = None,
         deadline: float | Deadline | None = None,
     ) -> FeedbackResult:
         return await self.client.feedback(
@@ -211,6 +228,7 @@ class AsyncTuningSession(_Pin):
             runtimes_ns,
             configs=configs,
             config_indices=config_indices,
+            ranking_id=ranking_id or self._indexed(config_indices),
             model_version=self.model_version,
             target=self.target,
             deadline=deadline,

@@ -81,6 +81,15 @@ class RankResult:
     degraded: bool = False
     error: CostModelError | None = field(default=None, compare=False)
     adapted: int = 0  # measurements of this graph that shaped the scores (0: prior)
+    ranking_id: str | None = None  # for feedback by config_indices (None: degraded)
+    # With portfolio=True: every index in the service's exploration order.
+    portfolio: tuple[int, ...] | None = None
+    # What shaped the scores besides ``adapted``: the target's knowledge (programs,
+    # measurements, its share of the prior) and the model's own weight.
+    target_programs: int = 0
+    target_measurements: int = 0
+    knowledge_weight: float = 0.0
+    prior_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,60 @@ def parse_rank(
         cache=answer.cache,
         uploaded=uploaded,
         adapted=_adapted(answer.adapted),
+        ranking_id=_ranking_id(answer.ranking_id),
+        portfolio=_portfolio(answer.portfolio, num_configs),
+        target_programs=_count(
+            answer.shaping.get("target_programs"), "target_programs"
+        ),
+        target_measurements=_count(
+            answer.shaping.get("target_measurements"), "target_measurements"
+        ),
+        knowledge_weight=_share(answer.shaping.get("knowledge_weight"), 0.0),
+        prior_weight=_share(answer.shaping.get("prior_weight"), 1.0),
     )
+
+
+def _portfolio(value: Any, num_configs: int) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    order = np.asarray(value)
+    if order.ndim != 1 or order.dtype.kind not in "iu" or len(order) != num_configs:
+        raise ProtocolError("rank answer: 'portfolio' must list every config index")
+    if not _is_permutation(order.astype(np.int64)):
+        raise ProtocolError("rank answer: 'portfolio' is not a permutation")
+    return tuple(order.tolist())
+
+
+def _count(value: Any, name: str) -> int:
+    """0 from a service that predates target knowledge (no such field)."""
+    try:
+        n = int(value or 0)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"rank answer: {name} must be an integer") from None
+    if n < 0:
+        raise ProtocolError(f"rank answer: {name} must be >= 0")
+    return n
+
+
+def _share(value: Any, missing: float) -> float:
+    if value is None:
+        return missing
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"rank answer: bad weight {value!r}") from None
+    if not 0.0 <= share <= 1.0:
+        raise ProtocolError(f"rank answer: weight {share} is not in [0, 1]")
+    return share
+
+
+def _ranking_id(value: Any) -> str | None:
+    """None from a service that predates ranking ids."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= 128:
+        raise ProtocolError(f"rank answer: bad ranking_id {value!r}")
+    return value
 
 
 def _adapted(value: Any) -> int:
@@ -190,6 +252,12 @@ class _RankAnswer:
     scores: npt.NDArray[np.floating[Any]]
     top_k: npt.NDArray[np.int64]
     adapted: Any = 0
+    ranking_id: Any = None
+    portfolio: Any = None
+    shaping: Mapping[str, Any] = field(default_factory=dict)
+
+
+SHAPING = ("target_programs", "target_measurements", "knowledge_weight", "prior_weight")
 
 
 def _is_permutation(ranking: npt.NDArray[np.int64]) -> bool:
@@ -222,6 +290,9 @@ def _json_answer(response: httpx.Response) -> _RankAnswer:
         scores=scores.astype(np.float64, copy=False),
         top_k=top_k,
         adapted=body.get("adapted", 0),
+        ranking_id=body.get("ranking_id"),
+        portfolio=body.get("portfolio"),
+        shaping={k: body[k] for k in SHAPING if k in body},
     )
 
 
@@ -260,6 +331,13 @@ def _npz_answer(response: httpx.Response) -> _RankAnswer:
         scores=arrays["scores"],
         top_k=arrays["top_k"].astype(np.int64, copy=False),
         adapted=headers.get("x-adapted", 0),
+        ranking_id=headers.get("x-ranking-id"),
+        portfolio=found.get("portfolio"),
+        shaping={
+            k: headers[h]
+            for k in SHAPING
+            if (h := "x-" + k.replace("_", "-")) in headers
+        },
     )
 
 

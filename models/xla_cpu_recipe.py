@@ -1,15 +1,19 @@
-"""The xla_cpu model: leave-families-out cross-validation, then the shipped artifact.
+"""The xla_cpu model: cross-validation leaving families and targets out, then the
+shipped artifact.
 
 ``python -m xla_costmodel.models.xla_cpu_recipe [--data datasets/xla_cpu]
 [--out models/artifacts/xla_cpu/1] [--json]`` (``make train-xla-cpu``).
 
-The collection (``costmodel collect``) holds zoo programs of a dozen architecture
-families, each measured under the same sampled option sets (``xla_cpu.sample``, row
-0 the default). Programs of one family share most of their HLO, so a split by
-program would score the model on near-copies of what it trained on. Each fold holds
-out one whole **family** (named by the sidecars) and trains, with the recipe below,
-on every program of the other families; the held-out programs are ranked over all
-their collected configs. Baselines, per held-out program:
+The dataset holds one folder per target (CPU), each with zoo programs of a dozen
+architecture families measured under the same sampled option sets
+(``xla_cpu.sample``, row 0 the default). The model trains on every target pooled
+(targets are runtime / the program's default on its own CPU). Programs of one
+family share most of their HLO, so a split by program would score the model on
+near-copies of what it trained on. Each **family** fold holds out one whole family
+(on every target) and trains, with the recipe below, on the other families; each
+**target** fold holds out one whole CPU (a new machine joining the fleet). The
+held-out programs are ranked over all their collected configs. Baselines, per
+held-out program:
 
 - ``default``: XLA's own options (row 0) ranked first;
 - ``random``: the exact expectation over random orders;
@@ -19,12 +23,16 @@ their collected configs. Baselines, per held-out program:
   candidate), applied as is. A held-out program that could not compile it keeps
   the default. It is the baseline to beat (``../shared/xla_cpu/NOTES.md``).
 
-Then the shipped model trains on every program with the same recipe (fixed epochs,
-no early stopping) and is exported with the ``target`` of the CPU the sidecars name;
-its manifest's ``metrics`` are the cross-validated numbers. The fold models' scores
-are cached in ``runs/xla_cpu/cv.json`` (keyed by the data's and the recipe's
-fingerprint) for ``xla_costmodel.benchmarks.xla_tuning``. Training is single-threaded
-and seeded: a rerun gives the same numbers.
+Then the shipped model trains on every program of every target with the same recipe
+(fixed epochs, no early stopping) and is exported listing every target (``targets``;
+``target``: the one with most programs), with **per-target seeds** of target
+knowledge (``knowledge.npz``: each program's relative runtimes, the per-target part
+of the model; ``xla_costmodel.tpugraphs.knowledge``). Its manifest's ``metrics`` are
+the cross-validated numbers. The fold models' scores are cached in
+``runs/xla_cpu/cv.json`` (keyed by the data's and the recipe's fingerprint); the
+target folds' scores are the prior of the fleet simulation
+(``xla_costmodel.benchmarks.fleet``). Training is single-threaded and seeded: a rerun
+gives the same numbers.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import numpy.typing as npt
 import typer
 from rich.console import Console
 
+from xla_costmodel.clients.xla.measure import normalised_medians
 from xla_costmodel.models.evaluate import nan_to_none
 from xla_costmodel.tpugraphs import machine, xla_cpu
 from xla_costmodel.tpugraphs.collections import XLA_CPU
@@ -63,6 +72,8 @@ EPOCHS = 8
 HIDDEN = 32
 LAYERS = 2
 METHOD = "leave-families-out"
+SEEDS_FILE = "knowledge.npz"
+KINDS = ("family", "target")  # what cross-validation leaves out
 
 
 @dataclass(frozen=True)
@@ -73,9 +84,15 @@ class Program:
     family: str
     path: Path
     configs: F32  # [C, xla_cpu.WIDTH], row 0 the default
-    runtimes: F64  # [C] ns: each config's median over measuring rounds
+    runtimes: F64  # [C] ns: median over rounds, each round normalised by its speed
     noise: float  # how far the default's separately compiled copies disagreed
     round_min: I64 | None  # [C, R] per-round minima (single measurements), if kept
+    target: str = ""  # the CPU it was measured on (``sidecar_target``)
+
+    @property
+    def key(self) -> str:
+        """Unique across targets: one program may be measured on several CPUs."""
+        return f"{self.target}/{self.name}"
 
     def targets(self) -> F64:
         return self.runtimes / self.runtimes[0]
@@ -87,8 +104,24 @@ class Program:
 
 
 def load_programs(data: Path) -> list[Program]:
-    """Every measured program of ``data`` (sidecar status ok and an npz), by name."""
+    """Every measured program of ``data``: of each target folder in it (by target,
+    then name), or of ``data`` itself when it holds sidecars."""
+    folders = [
+        d for d in sorted(data.iterdir()) if d.is_dir() and any(d.glob("*.json"))
+    ]
+    if any(data.glob("*.json")) or not folders:
+        return _load_folder(data)
+    return [p for d in folders for p in _load_folder(d)]
+
+
+def targets_of(programs: Sequence[Program]) -> list[str]:
+    return sorted({p.target for p in programs})
+
+
+def _load_folder(data: Path) -> list[Program]:
+    """The programs of one target's folder (sidecar status ok and an npz), by name."""
     out = []
+    target = sidecar_target(data) if any(data.glob("*.json")) else ""
     for side_path in sorted(data.glob("*.json")):
         side = json.loads(side_path.read_text())
         npz = side_path.with_suffix(".npz")
@@ -101,9 +134,12 @@ def load_programs(data: Path) -> list[Program]:
         round_min = np.asarray(rounds, np.int64) if rounds is not None else None
         if round_min is not None and round_min.shape[0] != sample.num_configs:
             round_min = None  # not the npz's rows: do not guess
+        runtimes = sample.runtimes.astype(np.float64)
+        if round_min is not None and round_min.shape[1] >= 3:
+            # Every target the same way, whichever collector version wrote it.
+            runtimes = normalised_medians(round_min).astype(np.float64)
         out.append(Program(side["name"], side["family"], npz, sample.configs,
-                           sample.runtimes.astype(np.float64), float(side["noise"]),
-                           round_min))  # fmt: skip
+                           runtimes, float(side["noise"]), round_min, target))  # fmt: skip
     return out
 
 
@@ -146,49 +182,63 @@ def recipe_config(seed: int = 0, epochs: int = EPOCHS) -> TrainConfig:
 
 @dataclass
 class Fold:
-    """One held-out family: the fixed row chosen on the other families, and the fold
-    model's scores of each held-out program's configs (lower = predicted faster)."""
+    """One held-out family (or target): the fixed row chosen on the training
+    programs, and the fold model's scores of each held-out program's configs (lower
+    = predicted faster), keyed by ``Program.key``."""
 
-    family: str
-    train: list[str]  # program names
+    family: str  # the held-out family, or target for kind "target"
+    train: list[str]  # program keys
     fixed_row: list[float]
     fixed_train_geomean: float
     scores: dict[str, list[float]]
     seconds: float
+    kind: str = "family"
 
 
 def fingerprint(programs: Sequence[Program], cfg: TrainConfig) -> str:
     """Changes with any npz's bytes, any program's family, or the recipe."""
     h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True, default=str).encode())
     for p in programs:
-        h.update(f"{p.name}:{p.family}:".encode())
+        h.update(f"{p.key}:{p.family}:".encode())
         h.update(hashlib.sha256(p.path.read_bytes()).digest())
     return h.hexdigest()
 
 
 def run_folds(
-    programs: Sequence[Program], cfg: TrainConfig, runs: Path, console: Console
+    programs: Sequence[Program],
+    cfg: TrainConfig,
+    runs: Path,
+    console: Console,
+    kinds: Sequence[str] = KINDS,
 ) -> list[Fold]:
     """Train one model per family on the other families; score the held-out ones.
     Each fold's checkpoint goes to ``runs/<family>/`` (to serve it later)."""
     from xla_costmodel.models.checkpoint import save_checkpoint
     from xla_costmodel.models.train import fit, score_all
 
+    splits = []
+    if "family" in kinds:
+        splits += [
+            ("family", f, lambda p, f=f: p.family == f) for f in families(programs)
+        ]
+    if "target" in kinds and len(targets_of(programs)) > 1:
+        splits += [("target", t, lambda p, t=t: p.target == t)
+                   for t in targets_of(programs)]  # fmt: skip
     folds = []
-    for family in families(programs):
+    for kind, held, out in splits:
         start = time.monotonic()
-        train = [p for p in programs if p.family != family]
-        test = [p for p in programs if p.family == family]
-        console.print(f"fold {family}: train {len(train)}, test {len(test)}")
-        result = fit([p.path for p in train], [], cfg, runs / family, console)
-        save_checkpoint(result, runs / family)
+        train = [p for p in programs if not out(p)]
+        test = [p for p in programs if out(p)]
+        console.print(f"fold {kind} {held}: train {len(train)}, test {len(test)}")
+        result = fit([p.path for p in train], [], cfg, runs / kind / held, console)
+        save_checkpoint(result, runs / kind / held)
         scores = {
-            p.name: score_all(result.model, load_npz(p.path).graph, p.configs).tolist()
+            p.key: score_all(result.model, load_npz(p.path).graph, p.configs).tolist()
             for p in test
         }
         row, geomean = fixed_row(train)
-        folds.append(Fold(family, [p.name for p in train], row.tolist(), geomean,
-                          scores, round(time.monotonic() - start, 1)))  # fmt: skip
+        folds.append(Fold(held, [p.key for p in train], row.tolist(), geomean,
+                          scores, round(time.monotonic() - start, 1), kind))  # fmt: skip
     return folds
 
 
@@ -198,21 +248,27 @@ def cross_validate(
     runs: Path,
     console: Console | None = None,
     reuse: bool = True,
+    kinds: Sequence[str] = KINDS,
 ) -> list[Fold]:
-    """``run_folds``, or its cached result when the data and the recipe are unchanged."""
+    """``run_folds`` of each kind, or its cached result when the data and the recipe
+    are unchanged (one cache file per kind: the kinds can run in parallel)."""
     console = console or Console(stderr=True, quiet=True)
-    cache = runs / "cv.json"
     key = fingerprint(programs, cfg)
-    if reuse and cache.exists():
-        cached = json.loads(cache.read_text())
-        if cached.get("fingerprint") == key:
-            console.print(f"cross-validation: cached in {cache}")
-            return [Fold(**f) for f in cached["folds"]]
-    folds = run_folds(programs, cfg, runs, console)
-    runs.mkdir(parents=True, exist_ok=True)
-    cache.write_text(
-        json.dumps({"fingerprint": key, "folds": [asdict(f) for f in folds]})
-    )
+    folds: list[Fold] = []
+    for kind in kinds:
+        cache = runs / f"cv-{kind}.json"
+        if reuse and cache.exists():
+            cached = json.loads(cache.read_text())
+            if cached.get("fingerprint") == key:
+                console.print(f"cross-validation ({kind}): cached in {cache}")
+                folds += [Fold(**f) for f in cached["folds"]]
+                continue
+        fresh = run_folds(programs, cfg, runs, console, (kind,))
+        runs.mkdir(parents=True, exist_ok=True)
+        cache.write_text(
+            json.dumps({"fingerprint": key, "folds": [asdict(f) for f in fresh]})
+        )
+        folds += fresh
     return folds
 
 
@@ -223,6 +279,7 @@ def program_row(program: Program, scores: F64, row: F32) -> dict[str, Any]:
     fixed = fixed_runtime(program, row) / program.runtimes[0]
     return {
         "graph": program.name,
+        "target": program.target,
         "family": program.family,
         "num_configs": len(targets),
         **metrics(scores, targets),
@@ -243,15 +300,25 @@ def _means(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def cv_report(
     programs: Sequence[Program], folds: Sequence[Fold], cfg: TrainConfig
 ) -> dict[str, Any]:
-    """Per-program rows, per-family and overall means (over programs)."""
-    by_name = {p.name: p for p in programs}
-    rows = [
-        program_row(by_name[name], np.asarray(s), np.asarray(f.fixed_row, np.float32))
-        for f in folds
-        for name, s in f.scores.items()
-    ]
+    """Per-program rows, per-family and overall means (over programs), from the
+    family folds; per held-out target, from the target folds."""
+    by_key = {p.key: p for p in programs}
+
+    def rows_of(kind: str) -> list[dict[str, Any]]:
+        return [
+            program_row(by_key[k], np.asarray(s), np.asarray(f.fixed_row, np.float32))
+            for f in folds
+            if f.kind == kind
+            for k, s in f.scores.items()
+        ]
+
+    rows, by_target = rows_of("family"), rows_of("target")
+    target_folds = [f for f in folds if f.kind == "target"]
+    folds = [f for f in folds if f.kind == "family"]
     per_family = {f.family: _means([r for r in rows if r["family"] == f.family])
                   for f in folds}  # fmt: skip
+    per_target = {f.family: _means([r for r in by_target if r["target"] == f.family])
+                  for f in target_folds}  # fmt: skip
     overall = _means(rows)
     return nan_to_none({
         "collection": XLA_CPU.name,
@@ -269,6 +336,7 @@ def cv_report(
         },
         "graphs": rows,
         "families": per_family,
+        "targets_left_out": per_target,
         "mean": overall["model"],
         "baselines": {b: overall[b] for b in ("default", "random", "fixed")},
     })  # fmt: skip
@@ -312,7 +380,7 @@ def format_cv(report: dict[str, Any]) -> str:
 def build(data: Path, out: Path, checkpoint: Path, runs: Path, cfg: TrainConfig,
           console: Console) -> dict[str, Any]:  # fmt: skip
     """Cross-validate, train on every program, export with the CV metrics."""
-    from xla_costmodel.manifest import write_manifest
+    from xla_costmodel.manifest import KnowledgeFile, sha256_file, write_manifest
     from xla_costmodel.models.checkpoint import save_checkpoint
     from xla_costmodel.models.export import export_artifact
     from xla_costmodel.models.train import fit
@@ -330,13 +398,34 @@ def build(data: Path, out: Path, checkpoint: Path, runs: Path, cfg: TrainConfig,
     start = time.monotonic()
     result = fit([p.path for p in programs], [], cfg, runs / "all", console)
     save_checkpoint(result, checkpoint)
+    counts = {t: sum(p.target == t for p in programs) for t in targets_of(programs)}
+    main_target = max(counts, key=lambda t: (counts[t], t))
     manifest = export_artifact(result, out, name="xla_cpu", version=out.name,
-                               target=sidecar_target(data))  # fmt: skip
+                               target=main_target)  # fmt: skip
     report["validation"]["shipped_training_seconds"] = round(
         time.monotonic() - start, 1
     )
-    write_manifest(out, manifest.model_copy(update={"metrics": report}))
+    seeds = write_seeds(programs, out / SEEDS_FILE)
+    update = {"metrics": report, "targets": sorted(counts),
+              "knowledge": KnowledgeFile(file=SEEDS_FILE, sha256=sha256_file(seeds),
+                                         programs=counts)}  # fmt: skip
+    write_manifest(out, manifest.model_copy(update=update))
     return report
+
+
+def write_seeds(programs: Sequence[Program], path: Path) -> Path:
+    """Every program's relative runtimes per target: the seeds of target knowledge."""
+    from xla_costmodel.tpugraphs import knowledge
+
+    seeds: dict[str, list[knowledge.ProgramRecord]] = {}
+    for p in programs:
+        graph = load_npz(p.path, XLA_CPU.name).graph
+        rec = knowledge.record(p.name, knowledge.summarize(graph.node_opcode),
+                               p.configs, p.runtimes, p.configs[0])  # fmt: skip
+        if rec is not None:
+            seeds.setdefault(p.target, []).append(rec)
+    knowledge.save_seeds(path, seeds)
+    return path
 
 
 def run(

@@ -21,15 +21,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xla_costmodel.runner import SessionOptions
 from xla_costmodel.service.core.adaptation import Adaptation
+from xla_costmodel.service.core.auth import FeedbackAuth
 from xla_costmodel.service.core.cache import EmbeddingCache
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.feedback import FeedbackRecorder
+from xla_costmodel.service.core.fleet import FleetGain
 from xla_costmodel.service.core.graph_archive import GraphArchive
 from xla_costmodel.service.core.inputs import Limits
+from xla_costmodel.service.core.knowledge import TargetKnowledge
 from xla_costmodel.service.core.memory import MemoryLRU
 from xla_costmodel.service.core.ranker import Ranker
 from xla_costmodel.service.core.redis_store import RedisStore, connect
 from xla_costmodel.service.core.registry import ModelRegistry
+from xla_costmodel.service.core.retention import Retention
 from xla_costmodel.service.errors import (
     InvalidRequest,
     ServiceError,
@@ -42,7 +46,7 @@ from xla_costmodel.service.middleware import RequestContext
 from xla_costmodel.service.routes import ROUTERS
 from xla_costmodel.service.schemas import BODY_MODELS
 from xla_costmodel.service.settings import Settings
-from xla_costmodel.service.store import StoreUnavailable, default_sqlite_url
+from xla_costmodel.service.store import Quota, StoreUnavailable, default_sqlite_url
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"
@@ -56,7 +60,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     redis = None
     if settings.redis_url:
         client = connect(
-            settings.redis_url,
+            settings.redis_url.get_secret_value(),
             settings.redis_timeout_s,
             settings.redis_connect_timeout_s,
         )
@@ -68,8 +72,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.registry = registry = ModelRegistry(
         settings.model_dir, settings.models, options, settings.keep_versions, metrics
     )
-    limits = Limits(settings.max_nodes, settings.max_edges, settings.max_configs)
-    url = settings.database_url or partial(default_sqlite_url, settings.data_dir)
+    limits = Limits(
+        settings.max_nodes, settings.max_edges, settings.max_configs,
+        settings.max_hlo_bytes, settings.max_hlo_instructions,
+        settings.max_scored_bytes,
+    )  # fmt: skip
+    url = (
+        settings.database_url.get_secret_value()
+        if settings.database_url
+        else partial(default_sqlite_url, settings.data_dir)
+    )
     app.state.database = db = Database(url)
     adaptation = Adaptation(
         db,
@@ -77,6 +89,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.adapt_min_measurements,
         settings.adapt_max_measurements,
         settings.adapt_cache_entries,
+    )
+    app.state.knowledge = knowledge = TargetKnowledge(
+        db, metrics, settings.knowledge_max_rows
     )
     app.state.ranker = ranker = Ranker(
         registry,
@@ -87,16 +102,35 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.score_chunk_rows,
         GraphArchive(db, metrics),
         adaptation,
+        knowledge,
         settings.recent_rankings_bytes,
         settings.shared_ranking_bytes,
     )
-    app.state.feedback = FeedbackRecorder(ranker, metrics)
+    quota = Quota(settings.feedback_quota_rows, settings.feedback_quota_window_s)
+    app.state.feedback = FeedbackRecorder(
+        ranker, metrics, quota if settings.feedback_quota_rows else None
+    )
+    app.state.feedback_auth = FeedbackAuth(
+        db, settings.feedback_tokens_required, metrics
+    )
+    retention = Retention(
+        db, settings.graph_retention_s, settings.idempotency_retention_s, metrics
+    )
+    app.state.fleet = fleet = FleetGain(db, metrics)
+    metrics.watch_fleet(lambda: fleet.snapshot, settings.fleet_max_targets)
+    metrics.watch_ready(lambda: registry.ready)
     try:
         await db.run(lambda store: store.ping())  # opens and migrates it now
     except StoreUnavailable as exc:  # ranking goes on; feedback answers 503
         log.warning("database unavailable at start", extra={"error": str(exc)})
     try:
         await registry.load_all()
+        # The shipped seeds are fitted before the first request: a tuner's first
+        # portfolio needs them. Then refits follow the database, off the request path.
+        await knowledge.prepare(registry.loaded())
+        knowledge.start(settings.knowledge_refresh_s)
+        fleet.start(settings.fleet_refresh_s)  # off the request path, in this loop
+        retention.start(settings.retention_sweep_s)
         log.info(
             "serving",
             extra={
@@ -104,10 +138,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 "ready": registry.ready,
                 "redis": bool(redis),
                 "database": db.scheme,
+                "feedback_tokens": settings.feedback_tokens_required,
             },
         )
         yield
     finally:
+        await fleet.stop()
+        await knowledge.stop()
+        await retention.stop()
         await cache.aclose()
         await anyio.to_thread.run_sync(db.close)
         metrics.close()
@@ -122,7 +160,12 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.add_middleware(RequestContext, max_inflight=settings.max_inflight)
+    app.add_middleware(
+        RequestContext,
+        max_inflight=settings.max_inflight,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
     for router in ROUTERS:
         app.include_router(router)
     _install_error_handlers(app)

@@ -69,7 +69,7 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve the tile and layout models over HTTP (see /docs)."""
+    """Serve the cost models (tile, layout, xla_cpu by default) over HTTP (see /docs)."""
     overrides: dict[str, Any] = {
         "host": host,
         "port": port,

@@ -59,6 +59,7 @@ class Params:
     configurable: tuple[str, ...] | None = None  # text/x-hlo uploads
     target: str | None = None
     adapt: bool | None = None  # also for JSON bodies: adapt=false in the query wins
+    portfolio: bool | None = None
 
 
 def split_names(values: list[str] | None) -> tuple[str, ...] | None:
@@ -157,6 +158,8 @@ def _json_graph(body: bytes, max_decoded: int) -> RawGraph:
 
 
 def _hlo_graph(body: bytes, max_decoded: int) -> HloText:
+    # The size bound (COSTMODEL_MAX_HLO_BYTES) is the ranker's, on the loop, before
+    # the text is parsed: body and JSON "hlo" alike.
     # XLA text is ASCII outside strings; a stray byte in metadata is replaced rather
     # than failing the module (as ``costmodel featurize`` does).
     return HloText(body.decode("utf-8", errors="replace"))
@@ -200,6 +203,7 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         req.top_k,
         req.target,
         req.adapt and params.adapt is not False,
+        portfolio=req.portfolio,
     )
 
 
@@ -215,28 +219,36 @@ def json_rank_graph(req: RankIn | FeedbackIn, nbytes: int) -> RawGraph | HloText
     return None if req.graph is None else _graph_arrays(req.graph, "graph.", nbytes)
 
 
-def load_npz(body: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
-    """Arrays of an npz body: no pickles, and a bound on the decompressed size."""
+def load_npz(
+    body: bytes, max_decoded: int, allowed: frozenset[str] | None = None
+) -> dict[str, np.ndarray[Any, Any]]:
+    """The ``allowed`` arrays of an npz body (None: all): no pickles, a bound on the
+    decompressed size, and every key checked before any member is decoded (an
+    unexpected one is 422; a TpuGraphs key the service does not need is skipped,
+    never decoded)."""
+
+    def keep(key: str) -> bool:
+        if allowed is None:
+            return True
+        if key in allowed:
+            return True
+        if key in IGNORED_KEYS:
+            return False
+        raise InvalidRequest(f"unexpected array {key!r}", key)
+
     try:
-        return read_npz(body, max_decoded)
+        return read_npz(body, max_decoded, keep)
     except NpzTooLarge as exc:
         raise PayloadTooLarge(str(exc), "body") from None
     except NpzError as exc:
         raise MalformedBody(f"not a readable npz archive: {exc}") from None
 
 
-def _npz_split(arrays: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
-    for key in arrays:
-        if key not in allowed and key not in IGNORED_KEYS:
-            raise InvalidRequest(f"unexpected array {key!r}", key)
-    return {k: v for k, v in arrays.items() if k in allowed}
+NPZ_KEYS = frozenset(GRAPH_KEYS) | set(CONFIG_KEYS)
 
 
 def _npz_graph(body: bytes, max_decoded: int) -> RawGraph:
-    arrays = _npz_split(
-        load_npz(body, max_decoded), frozenset(GRAPH_KEYS) | set(CONFIG_KEYS)
-    )
-    return _npz_raw_graph(arrays)
+    return _npz_raw_graph(load_npz(body, max_decoded, NPZ_KEYS))
 
 
 def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
@@ -244,9 +256,7 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         raise InvalidRequest(
             "query parameter 'model' is required for npz bodies", "model"
         )
-    arrays = _npz_split(
-        load_npz(body, max_decoded), frozenset(GRAPH_KEYS) | set(CONFIG_KEYS)
-    )
+    arrays = load_npz(body, max_decoded, NPZ_KEYS)
     present = [k for k in CONFIG_KEYS if k in arrays]
     if len(present) != 1:
         raise InvalidRequest(
@@ -257,7 +267,7 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     return RankRequest(
         params.model, params.model_version, params.graph_id, graph,
         arrays[present[0]], present[0], params.top_k, params.target,
-        params.adapt is not False,
+        params.adapt is not False, portfolio=params.portfolio is True,
     )  # fmt: skip
 
 
@@ -287,13 +297,17 @@ def encode_rank_npz(
     ranking: np.ndarray[Any, Any],
     scores: np.ndarray[Any, Any],
     top_k: np.ndarray[Any, Any],
+    portfolio: np.ndarray[Any, Any] | None = None,
 ) -> bytes:
-    """A rank answer as npz (for ``Accept: application/x-npz``)."""
+    """A rank answer as npz (for ``Accept: application/x-npz``); ``portfolio`` when
+    the request asked for it."""
     buf = io.BytesIO()
+    extra = {} if portfolio is None else {"portfolio": np.asarray(portfolio, np.int64)}
     np.savez(  # asarray: the ranker's arrays already have these dtypes, no copies
         buf,
         ranking=np.asarray(ranking, np.int64),
         scores=np.asarray(scores, np.float32),
         top_k=np.asarray(top_k, np.int64),
+        **extra,  # type: ignore[arg-type]  # numpy's stub: **kwds as allow_pickle
     )
     return buf.getvalue()

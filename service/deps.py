@@ -12,12 +12,15 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from xla_costmodel.service.core.auth import FeedbackAuth
 from xla_costmodel.service.core.feedback import FeedbackRecorder
+from xla_costmodel.service.core.fleet import FleetGain
 from xla_costmodel.service.core.ranker import Ranker
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.errors import Forbidden, Unauthorized
 from xla_costmodel.service.metrics import Metrics
 from xla_costmodel.service.settings import Settings
+from xla_costmodel.service.store import Writer
 
 
 async def get_settings(request: Request) -> Settings:
@@ -40,11 +43,16 @@ async def get_feedback(request: Request) -> FeedbackRecorder:
     return cast(FeedbackRecorder, request.app.state.feedback)
 
 
+async def get_fleet(request: Request) -> FleetGain:
+    return cast(FleetGain, request.app.state.fleet)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 RankerDep = Annotated[Ranker, Depends(get_ranker)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 FeedbackDep = Annotated[FeedbackRecorder, Depends(get_feedback)]
+FleetDep = Annotated[FleetGain, Depends(get_fleet)]
 
 _bearer = HTTPBearer(auto_error=False, description="COSTMODEL_ADMIN_TOKEN")
 
@@ -64,3 +72,23 @@ async def require_admin(
 
 
 AdminDep = Annotated[None, Depends(require_admin)]
+
+_writer_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="WriterToken",
+    description="a writer's token (costmodel tokens create); feedback only",
+)
+
+
+async def get_writer(
+    request: Request,
+    credentials: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_writer_bearer)
+    ],
+) -> Writer | None:
+    """The feedback request's writer: 401 without a valid token where one is needed."""
+    auth = cast(FeedbackAuth, request.app.state.feedback_auth)
+    return await auth.writer(None if credentials is None else credentials.credentials)
+
+
+WriterDep = Annotated[Writer | None, Depends(get_writer)]

@@ -13,8 +13,10 @@
     ├── VersionNotLoaded             409 model_version_not_loaded
     ├── RankingNotFound              409 ranking_not_found: no remembered rank request
     ├── ReloadFailed                 409 reload_failed: the old version keeps serving
-    ├── Unauthorized                 401 unauthorized
-    ├── Forbidden                    403 forbidden
+    ├── Unauthorized                 401 unauthorized: no, unknown or revoked token
+    ├── Forbidden                    403 forbidden: a token not good for this (field)
+    ├── RequestTimeout               408 request_timeout: the body came too slowly
+    ├── QuotaExceeded                429 quota_exceeded + Retry-After: writer's quota
     └── Unavailable                  503 + Retry-After
         ├── NotReady                     not_ready: a model is not loaded (yet)
         ├── Overloaded                   overloaded: too many requests in flight
@@ -95,6 +97,18 @@ class Forbidden(ServiceError):
     code = "forbidden"
 
 
+class RequestTimeout(ServiceError):
+    code = "request_timeout"
+
+
+class QuotaExceeded(ServiceError):
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, retry_after_s: int, field: str | None = None):
+        super().__init__(message, field)
+        self.retry_after_s = retry_after_s
+
+
 class Unavailable(ServiceError):
     retry_after_s: ClassVar[int] = 1
 
@@ -128,6 +142,8 @@ HTTP_STATUS: dict[type[ServiceError], int] = {
     ReloadFailed: 409,
     Unauthorized: 401,
     Forbidden: 403,
+    RequestTimeout: 408,
+    QuotaExceeded: 429,
     Unavailable: 503,
 }
 
@@ -143,8 +159,10 @@ def http_error(exc: ServiceError) -> tuple[int, dict[str, Any], dict[str, str]]:
         (HTTP_STATUS[cls] for cls in type(exc).__mro__ if cls in HTTP_STATUS), 500
     )
     headers: dict[str, str] = {}
-    if isinstance(exc, Unavailable):
+    if isinstance(exc, Unavailable | QuotaExceeded):
         headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, RequestTimeout):  # the rest of the body is not read
+        headers["Connection"] = "close"
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
     return status, error_body(exc.code, exc.message, exc.field), headers

@@ -7,12 +7,15 @@ Several workers (``costmodel serve --workers N``): with ``PROMETHEUS_MULTIPROC_D
 set before prometheus_client is imported, every value lives in a per-process file in
 that directory and ``render`` merges all of them (``MultiProcessCollector``): counters
 and histograms are summed over workers, dead ones included; each gauge declares how
-its workers' values combine (``multiprocess_mode``, ignored in one process).
+its workers' values combine (``multiprocess_mode``, ignored in one process). The
+fleet figures (``fleet_metrics.py``) are a snapshot of the shared database, rendered
+by whichever worker answers, never merged.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 
 from prometheus_client import (
@@ -27,11 +30,16 @@ from prometheus_client import (
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.cache import Level
 from xla_costmodel.service.core.feedback import Quality
+from xla_costmodel.service.core.fleet import FleetSnapshot
+from xla_costmodel.service.fleet_metrics import FleetCollector
+from xla_costmodel.service.process_memory import memory_limit_bytes, resident_bytes
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 50_000)
+# Workers sample their RSS on cache events at most this often (a /proc read).
+RSS_SAMPLE_S = 1.0
 
 
 def multiprocess_dir() -> str | None:
@@ -146,6 +154,16 @@ class Metrics:
             "costmodel_adaptation_fit_measurements", "Distinct measured configs a "
             "per-graph fit used.", ["model"], buckets=BATCH_BUCKETS, registry=r,
         )  # fmt: skip
+        self.knowledge_fits = Histogram(
+            "costmodel_knowledge_fit_duration_seconds", "Target-knowledge fits (off "
+            "the request path: a target whose measurements changed) and their duration.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.knowledge_programs = Gauge(
+            "costmodel_knowledge_programs", "Programs in the latest target-knowledge "
+            "fit of a model (its own target's and, at reduced trust, other targets').",
+            ["model"], registry=r, multiprocess_mode="max",
+        )  # fmt: skip
         self.rankings = Counter(
             "costmodel_rankings", "Rank requests answered, adapted to measurements of "
             "the graph or by the model's prior alone.",
@@ -156,17 +174,47 @@ class Metrics:
             "(feedback: 503; ranking: prior alone; archive: retried on a later sight).",
             ["op"], registry=r,
         )  # fmt: skip
+        self.body_timeouts = Counter(
+            "costmodel_body_timeouts", "Requests answered 408: the body did not "
+            "arrive within COSTMODEL_BODY_TIMEOUT_S (before taking an in-flight slot).",
+            registry=r,
+        )  # fmt: skip
+        self.ready = Gauge(
+            "costmodel_ready", "1 when every configured model is loaded and warm "
+            "(what /readyz answers); the lowest over live workers.",
+            registry=r, multiprocess_mode="livemin",
+        )  # fmt: skip
+        self.resident_bytes = Gauge(
+            "costmodel_process_resident_memory_bytes", "Resident memory of the "
+            "service's processes (the sum over live workers).",
+            registry=r, multiprocess_mode="livesum",
+        )  # fmt: skip
+        self.memory_limit = Gauge(
+            "costmodel_memory_limit_bytes", "Memory the processes may use: the "
+            "cgroup's limit (a pod's limits.memory), else the machine's RAM.",
+            registry=r, multiprocess_mode="livemax",
+        )  # fmt: skip
+        self.memory_limit.set(memory_limit_bytes())
         self._loaded: dict[str, list[tuple[str, str, str]]] = {}
         self._memory: tuple[Callable[[], float], Callable[[], float]] | None = None
+        self._ready: Callable[[], bool] | None = None
+        self._fleet: FleetCollector | None = None
+        self._rss_sampled = -RSS_SAMPLE_S
+        if not self.multiprocess:
+            self.resident_bytes.set_function(resident_bytes)
+        else:
+            self._sample_gauges(force=True)
 
     def render(self) -> bytes:
         if not self.multiprocess:
             return generate_latest(self.registry)
-        self._sample_memory()
+        self._sample_gauges(force=True)
         _forget_dead_workers(multiprocess_dir() or "")
         merged = CollectorRegistry()  # every worker's files, not only this one's
         # prometheus_client's multiprocess module is unannotated.
         multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        if self._fleet is not None:  # a snapshot of the database: never summed
+            merged.register(self._fleet)
         return generate_latest(merged)
 
     def close(self) -> None:
@@ -183,19 +231,39 @@ class Metrics:
         self.memory_bytes.set_function(nbytes)
         self.memory_entries.set_function(entries)
 
-    def _sample_memory(self) -> None:
+    def watch_ready(self, ready: Callable[[], bool]) -> None:
+        if not self.multiprocess:
+            self.ready.set_function(lambda: 1.0 if ready() else 0.0)
+            return
+        self._ready = ready  # sampled now, on cache events and when rendering
+        self.ready.set(1 if ready() else 0)
+
+    def watch_fleet(self, snapshot: Callable[[], FleetSnapshot], targets: int) -> None:
+        """Expose the fleet figures of ``snapshot()``, at most ``targets`` per model."""
+        self._fleet = FleetCollector(snapshot, targets)
+        if not self.multiprocess:
+            self.registry.register(self._fleet)
+
+    def _sample_gauges(self, force: bool = False) -> None:
         if self._memory is not None:
             self.memory_bytes.set(self._memory[0]())
             self.memory_entries.set(self._memory[1]())
+        if self._ready is not None:
+            self.ready.set(1 if self._ready() else 0)
+        now = time.monotonic()
+        # Multiprocess: another worker renders, so each one samples its own RSS.
+        if self.multiprocess and (force or now - self._rss_sampled >= RSS_SAMPLE_S):
+            self._rss_sampled = now
+            self.resident_bytes.set(resident_bytes())
 
     # xla_costmodel.service.core.cache.CacheEvents
     def cache_hit(self, level: Level) -> None:
         self.cache_hits.labels(level).inc()
-        self._sample_memory()
+        self._sample_gauges()
 
     def cache_miss(self, level: Level) -> None:
         self.cache_misses.labels(level).inc()
-        self._sample_memory()
+        self._sample_gauges()
 
     def cache_error(self, level: Level, op: str) -> None:
         self.cache_errors.labels(level, op).inc()
@@ -229,6 +297,10 @@ class Metrics:
     def adaptation_fitted(self, model: str, seconds: float, used: int) -> None:
         self.adapt_fits.labels(model).observe(seconds)
         self.adapt_measurements.labels(model).observe(used)
+
+    def knowledge_fitted(self, model: str, seconds: float, programs: int) -> None:
+        self.knowledge_fits.labels(model).observe(seconds)
+        self.knowledge_programs.labels(model).set(programs)
 
     def ranking_adapted(self, model: str, adapted: bool) -> None:
         self.rankings.labels(model, "true" if adapted else "false").inc()

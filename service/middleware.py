@@ -1,5 +1,12 @@
-"""One pure-ASGI middleware for every request: request id, in-flight limit, metrics,
-access log, and the last-resort 500 in the error shape.
+"""One pure-ASGI middleware for every request: request id, body read under a
+deadline, in-flight limit, metrics, access log, and the last-resort 500 in the error
+shape.
+
+A ``/v1`` request's body is read whole, within ``body_timeout_s`` and
+``max_body_bytes``, *before* the request counts as in flight: a slow upload (or 64 of
+them) holds a connection, never a slot that ranking needs. Too slow is 408
+``request_timeout`` (counted in ``costmodel_body_timeouts``), too big 413; the route
+then reads the buffered body as if from the socket.
 """
 
 from __future__ import annotations
@@ -12,9 +19,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from xla_costmodel.service.errors import Overloaded, error_body, http_error
+from xla_costmodel.service.errors import (
+    Overloaded,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceError,
+    error_body,
+    http_error,
+)
 from xla_costmodel.service.logs import request_id
 from xla_costmodel.service.metrics import Metrics
 
@@ -24,6 +39,7 @@ REQUEST_ID_HEADER = "x-request-id"
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Health and metrics are never refused and logged at debug level only.
 _LIMITED_PREFIX = "/v1/"
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 def _request_id(scope: Scope) -> str:
@@ -41,9 +57,17 @@ class _Sent:
 
 
 class RequestContext:
-    def __init__(self, app: ASGIApp, max_inflight: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_inflight: int,
+        max_body_bytes: int = 64 << 20,
+        body_timeout_s: float = 30.0,
+    ) -> None:
         self.app = app
         self.max_inflight = max_inflight
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self._inflight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -64,10 +88,24 @@ class RequestContext:
             await send(message)
 
         limited = scope["path"].startswith(_LIMITED_PREFIX)
-        self._inflight += int(limited)
         if metrics is not None:
             metrics.inflight.inc()
+        holds = False  # an in-flight slot, taken once the body is in
         try:
+            if limited and scope["method"] in _WITH_BODY:
+                try:
+                    body = await self._body(scope, receive)
+                except ServiceError as refused:
+                    if isinstance(refused, RequestTimeout) and metrics is not None:
+                        metrics.body_timeouts.inc()
+                    await _send_error(send_with_id, *http_error(refused))
+                    return
+                if body is None:  # the client went away mid-body
+                    sent.status = 499  # as nginx logs it: nothing was answered
+                    return
+                receive = _replay(body, receive)
+            holds = limited
+            self._inflight += int(holds)
             if limited and self._inflight > self.max_inflight:
                 exc = Overloaded(f"more than {self.max_inflight} requests in flight")
                 await _send_error(send_with_id, *http_error(exc))
@@ -80,10 +118,40 @@ class RequestContext:
                     send_with_id, 500, error_body("internal", "internal error"), {}
                 )
         finally:
-            self._inflight -= int(limited)
+            self._inflight -= int(holds)
             status = 500 if sent.status is None else sent.status
             self._record(scope, metrics, status, time.perf_counter() - started)
             request_id.reset(token)
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body (None if the client disconnected), or 413/408."""
+        for name, value in scope["headers"]:
+            too_big = value.isdigit() and int(value) > self.max_body_bytes
+            if name == b"content-length" and too_big:
+                raise PayloadTooLarge(
+                    f"body larger than {self.max_body_bytes} bytes", "body"
+                )
+        chunks: list[bytes] = []
+        total = 0
+        with anyio.move_on_after(self.body_timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                total += len(chunk)
+                if total > self.max_body_bytes:
+                    raise PayloadTooLarge(
+                        f"body larger than {self.max_body_bytes} bytes", "body"
+                    )
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        raise RequestTimeout(
+            f"the body did not arrive within {self.body_timeout_s:g} s "
+            "(COSTMODEL_BODY_TIMEOUT_S)",
+            "body",
+        )
 
     def _record(
         self, scope: Scope, metrics: Metrics | None, status: int, seconds: float
@@ -119,6 +187,20 @@ def _model_label(scope: Scope, model: str) -> str:
     if not model or registry is None or model in registry:
         return model
     return "unknown"
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the buffered body over, then listens to the client."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _send_error(

@@ -9,8 +9,10 @@ Only this module imports ray, and only the CLI imports this module, when asked t
 
 Each replica builds its own app from ``Settings()``, i.e. from the ``COSTMODEL_*``
 variables of its runtime environment (``ReplicaArgs.env`` or the Serve config's
-``runtime_env.env_vars``), so a replica reads its settings where it runs and the app
-is never pickled. Serve runs the app's lifespan in the replica before the replica
+``runtime_env.env_vars``) and the secret files in ``COSTMODEL_SECRETS_DIR``
+(``secrets_dir.py``: the database URL, Redis URL and admin token never travel as
+plain runtime-environment variables), so a replica reads its settings where it runs
+and the app is never pickled. Serve runs the app's lifespan in the replica before the replica
 takes traffic (``ASGIAppReplicaWrapper`` drives it with uvicorn's ``LifespanOn``),
 so Redis, the database and the warmed models are opened per replica, as under
 uvicorn.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import threading
 from typing import Any
@@ -34,6 +37,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from xla_costmodel.service.app import create_app
 from xla_costmodel.service.errors import error_body
+from xla_costmodel.service.secrets_dir import (
+    SECRETS_DIR_ENV,
+    replica_secrets_dir,
+    secrets_dir,
+    split_secrets,
+)
 from xla_costmodel.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -79,9 +88,12 @@ class ReplicaArgs(BaseModel):
         """What a replica will read, checked here so a typo fails the deploy, not
         every replica (the caller's own COSTMODEL_* environment fills the rest)."""
         fields: dict[str, Any] = {
-            k.removeprefix(ENV_PREFIX).lower(): v for k, v in self.env.items()
+            k.removeprefix(ENV_PREFIX).lower(): v
+            for k, v in self.env.items()
+            if k != SECRETS_DIR_ENV
         }
-        return Settings(**fields)  # not model_validate: that skips the environment
+        # not model_validate: that skips the environment
+        return Settings.load(replica_secrets_dir(self.env), **fields)
 
 
 class ReplicaHeader:
@@ -155,7 +167,7 @@ class CostModelReplica:
     """One replica: ``create_app(Settings())``, its lifespan run by Serve."""
 
     def __init__(self) -> None:
-        self._settings = Settings()
+        self._settings = Settings.load(replica_secrets_dir(os.environ))
         self._app: Any = None
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
@@ -220,11 +232,19 @@ def run_on_ray(settings: Settings, overrides: dict[str, Any], replicas: int) -> 
     # paths are resolved here, where the caller meant them.
     env[ENV_PREFIX + "MODEL_DIR"] = str(settings.model_dir.resolve())
     env[ENV_PREFIX + "DATA_DIR"] = str(settings.data_dir.resolve())
+    # The proxy listens on settings.host, not the replicas: they get auto's answer.
+    auth = "token" if settings.feedback_tokens_required else "off"
+    env[ENV_PREFIX + "FEEDBACK_AUTH"] = auth
+    env, secrets = split_secrets(env)
+    private = secrets_dir(secrets)
+    env[SECRETS_DIR_ENV] = str(private)
+    for name in secrets:  # nor do the processes a local Ray starts inherit them
+        os.environ.pop(name, None)
     # Read by the proxy when it starts: a local Ray started below inherits it; a
     # cluster from `ray start --head` needs it in that command's environment.
     os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
-    ray.init()  # RAY_ADDRESS, if set, names a running cluster
     try:
+        ray.init()  # RAY_ADDRESS, if set, names a running cluster
         serve.start(http_options={"host": settings.host, "port": settings.port})
         app = build({"replicas": replicas, "env": env})
         serve.run(app, name=DEPLOYMENT, route_prefix="/")
@@ -233,6 +253,7 @@ def run_on_ray(settings: Settings, overrides: dict[str, Any], replicas: int) -> 
         serve.delete(DEPLOYMENT)
     finally:
         ray.shutdown()  # a local Ray stops with it; a cluster's Ray keeps running
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _wait_for_signal() -> None:

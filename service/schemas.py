@@ -7,6 +7,7 @@ binary npz bodies, so JSON and npz clients get identical errors and field names.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -17,6 +18,7 @@ from xla_costmodel.tpugraphs.collections import COLLECTIONS
 from xla_costmodel.tpugraphs.spec import Collection
 
 HEX64 = r"^[0-9a-f]{64}$"
+RANKING_ID = r"^[0-9a-f]{32}$"
 VERSION = r"^[0-9]+$"
 TARGET = (
     r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"  # xla_costmodel.manifest.TARGET_PATTERN
@@ -248,6 +250,12 @@ class RankIn(StrictWire):
     top_k: TopK | None = Field(None, description="default: all configs")
     target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
     adapt: bool = Field(True, description=_ADAPT_DOC)
+    portfolio: bool = Field(
+        False,
+        description="also answer `portfolio`: every index in exploration order "
+        "(configs that won on other programs of the target first, then spread-out "
+        "ones); a tuner's first round measures its head",
+    )
 
 
 class GraphOut(Wire):
@@ -271,6 +279,7 @@ class RankOut(Wire):
                     "scores": [0.4, 0.1, 0.9],
                     "top_k": [1],
                     "adapted": 0,
+                    "ranking_id": "0" * 32,
                 }
             ]
         }
@@ -284,11 +293,36 @@ class RankOut(Wire):
         description="distinct measured configs of this graph that shaped the scores "
         "(per-graph adaptation); 0: the model's prior alone",
     )
+    ranking_id: str = Field(
+        pattern=RANKING_ID,
+        description="names this answer: feedback by config_indices sends it, so its "
+        "indices mean this answer's configs",
+    )
     ranking: list[int] = Field(
         description="all config indices, best first; ties by index"
     )
     scores: list[float] = Field(description="scores[i] is config i's; lower = faster")
     top_k: list[int] = Field(description="the first top_k entries of ranking")
+    target_programs: int = Field(
+        0,
+        ge=0,
+        description="programs in the target's knowledge (learned across every graph "
+        "measured on the target, and at reduced trust on other targets)",
+    )
+    target_measurements: int = Field(0, ge=0, description="their measurements")
+    knowledge_weight: float = Field(
+        0.0, ge=0, le=1, description="the target knowledge's share of the prior"
+    )
+    prior_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="the model's weight: 1, or less when it was not trained on "
+        "runtimes of this target",
+    )
+    portfolio: list[int] | None = Field(
+        None, description="with portfolio=true: every index, exploration order"
+    )
 
 
 _INDICES = {"type": "array", "items": {"type": "integer", "minimum": 0}}
@@ -310,9 +344,10 @@ class FeedbackIn(StrictWire):
     exactly one of ``graph_id``, ``graph`` and ``hlo`` (inline for a graph the service
     has not seen, as for ranking).
 
-    ``config_indices`` name configs of the most recent rank request for this graph and
-    model version, remembered best-effort, in Redis when the service has one, else per
-    process (else 409 ranking_not_found: send ``configs``).
+    ``config_indices`` name configs of the rank answer whose ``ranking_id`` comes
+    with them (required with them: 422 field ``ranking_id``), remembered best-effort
+    for a day, in Redis when the service has one, else per process (else 409
+    ranking_not_found: send ``configs``).
     """
 
     model_config = ConfigDict(
@@ -333,6 +368,7 @@ class FeedbackIn(StrictWire):
                     "model_version": "1",
                     "graph_id": "0" * 64,
                     "config_indices": [3, 0],
+                    "ranking_id": "0" * 32,
                     "runtimes_ns": [52000, 61000],
                 },
             ],
@@ -348,6 +384,9 @@ class FeedbackIn(StrictWire):
     )
     configs: Configs | None = None
     config_indices: ConfigIndices | None = None
+    ranking_id: str | None = Field(
+        None, pattern=RANKING_ID, description="with config_indices: the rank answer's"
+    )
     runtimes_ns: RuntimesNs
     target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
 
@@ -414,6 +453,31 @@ class ReloadOut(Wire):
     loaded_versions: list[str]
 
 
+class TargetOut(Wire):
+    """One model's measurements on one target (``service/core/fleet.py``)."""
+
+    model: str
+    collection: str
+    target: str
+    programs: int = Field(ge=0, description="graphs with measurements")
+    tuned: int = Field(
+        ge=0, description="graphs whose default config was measured: the gain's"
+    )
+    measurements: int = Field(ge=0, description="measured runtimes stored")
+    gain: float | None = Field(
+        description="geometric mean over the tuned graphs of the default config's "
+        "runtime / the best measured (a speedup, >= 1); null: no tuned graph"
+    )
+
+
+class TargetsOut(Wire):
+    as_of: datetime | None = Field(
+        description="when these figures were read from the database (every "
+        "COSTMODEL_FLEET_REFRESH_S); null: not yet"
+    )
+    targets: list[TargetOut] = Field(description="every model and target, sorted")
+
+
 class LiveOut(Wire):
     status: Literal["ok"] = "ok"
 
@@ -453,8 +517,10 @@ class ErrorOut(Wire):
 
 _ERRORS = {
     400: "malformed_body: the JSON or npz cannot be parsed",
-    401: "unauthorized: no bearer token",
-    403: "forbidden: wrong token, or the admin API is disabled",
+    401: "unauthorized: no bearer token, or (feedback) an unknown or revoked one",
+    403: "forbidden: wrong admin token, the admin API is disabled, or (feedback, "
+    "field target) a writer token not good for the target",
+    408: "request_timeout: the body did not arrive within COSTMODEL_BODY_TIMEOUT_S",
     404: "model_not_found or graph_not_found (upload the graph, then retry)",
     409: "model_version_not_loaded, reload_failed (the old version keeps serving), or "
     "ranking_not_found (feedback by config_indices: send configs instead), or "
@@ -462,6 +528,7 @@ _ERRORS = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_request: the field names the offending input",
+    429: "quota_exceeded: the writer stored its quota of measurements; see Retry-After",
     503: "not_ready, overloaded or feedback_unavailable (nothing stored); "
     "see Retry-After",
 }
@@ -473,6 +540,7 @@ def _header(description: str, kind: str = "string") -> dict[str, Any]:
 
 _ERROR_HEADERS = {
     401: {"WWW-Authenticate": _header("Bearer")},
+    429: {"Retry-After": _header("seconds to wait before retrying", "integer")},
     503: {"Retry-After": _header("seconds to wait before retrying", "integer")},
 }
 
@@ -495,6 +563,11 @@ RANK_NPZ_HEADERS = {
         ("X-Cache", "cache"),
         ("X-Graph-ID", "graph_id"),
         ("X-Adapted", "adapted"),
+        ("X-Ranking-ID", "ranking_id"),
+        ("X-Target-Programs", "target_programs"),
+        ("X-Target-Measurements", "target_measurements"),
+        ("X-Knowledge-Weight", "knowledge_weight"),
+        ("X-Prior-Weight", "prior_weight"),
     )
 }
 

@@ -6,7 +6,9 @@ import time.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,7 +25,11 @@ class Settings(BaseSettings):
     """Everything the service can be told; every field is ``COSTMODEL_<NAME>``."""
 
     model_config = SettingsConfigDict(
-        env_prefix="COSTMODEL_", protected_namespaces=(), extra="forbid"
+        env_prefix="COSTMODEL_",
+        protected_namespaces=(),
+        extra="forbid",
+        # A refused value is never echoed: a database or Redis URL carries a password.
+        hide_input_in_errors=True,
     )
 
     # Where and what to serve.
@@ -47,7 +53,9 @@ class Settings(BaseSettings):
     )
 
     # Embedding cache: the in-process LRU, then Redis when a URL is given.
-    redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    redis_url: SecretStr | None = Field(
+        default=None, description="redis://[:password@]host:port/db (a secret)"
+    )
     redis_timeout_s: float = Field(default=0.1, gt=0, le=5)
     redis_connect_timeout_s: float = Field(default=0.1, gt=0, le=5)
     redis_cooldown_s: float = Field(
@@ -80,13 +88,32 @@ class Settings(BaseSettings):
     max_edges: int = Field(default=2_000_000, ge=1)
     max_configs: int = Field(default=100_000, ge=1)
     max_inflight: int = Field(default=64, ge=1, description="concurrent /v1 requests")
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a /v1 request body must arrive within this long (else 408), "
+        "before the request takes an in-flight slot",
+    )
+    max_hlo_bytes: int = Field(
+        default=16 * MiB, ge=1024, description="HLO text, refused before featurizing"
+    )
+    max_hlo_instructions: int = Field(
+        default=200_000,
+        ge=1,
+        description="HLO instructions, counted before featurizing",
+    )
+    # The float32 copy the scorer reads (int8 layout configs grow 4x): with the body
+    # and its decoded arrays, what one request may hold; see deploy/k8s (tested).
+    max_scored_bytes: int = Field(
+        default=256 * MiB, ge=1024, description="float32 config bytes per request"
+    )
 
     # Measurements (feedback) live in a database: a SQLite file under data_dir unless
     # a URL is given (postgresql://... for several replicas sharing them).
-    database_url: str | None = Field(
+    database_url: SecretStr | None = Field(
         default=None,
-        pattern=r"^(sqlite|postgresql)(\+[a-z0-9]+)?://",
-        description="unset: a SQLite file in data_dir",
+        description="sqlite:///PATH, postgresql://... or postgres://... (a secret); "
+        "unset: a SQLite file in data_dir",
     )
     data_dir: Path = Path("data")
     # Per-graph adaptation: from this many distinct measured configs of a graph (on
@@ -97,6 +124,17 @@ class Settings(BaseSettings):
     )
     adapt_cache_entries: int = Field(
         default=1024, ge=0, description="fitted per-graph models kept per process"
+    )
+    knowledge_refresh_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="how often each process checks a target's measurements for "
+        "changes and refits its knowledge (the cross-replica staleness bound)",
+    )
+    knowledge_max_rows: int = Field(
+        default=200_000,
+        ge=1,
+        description="newest measurements of a target its knowledge is fitted on",
     )
     recent_rankings_bytes: int = Field(
         default=64 * MiB,
@@ -112,8 +150,70 @@ class Settings(BaseSettings):
         "per rank request); 0: per process only",
     )
 
+    # Retention (a sweep every retention_sweep_s in each process; 0 = keep forever).
+    graph_retention_s: int = Field(
+        default=30 * 24 * 3600,
+        ge=0,
+        description="graphs with no measurement are deleted this long after first seen",
+    )
+    idempotency_retention_s: int = Field(
+        default=7 * 24 * 3600,
+        ge=0,
+        description="feedback Idempotency-Keys are forgotten after this long",
+    )
+    retention_sweep_s: float = Field(default=3600.0, gt=0)
+
+    # Who may write measurements (docs/security.md).
+    feedback_auth: Literal["auto", "token", "off"] = Field(
+        default="auto",
+        description="token: feedback needs a writer's bearer token; off: anyone; "
+        "auto: token unless the server listens on loopback only",
+    )
+    feedback_quota_rows: int = Field(
+        default=200_000,
+        ge=0,
+        description="measurements one writer may store per quota window (429 past "
+        "it); 0: no quota",
+    )
+    feedback_quota_window_s: int = Field(default=3600, ge=1)
+
+    # The fleet's tuning gain (/metrics, GET /v1/targets): read from the database
+    # every fleet_refresh_s by each worker, off the request path; at most
+    # fleet_max_targets target labels per model, the rest counted as "other".
+    fleet_refresh_s: float = Field(default=60.0, gt=0, le=86_400)
+    fleet_max_targets: int = Field(default=16, ge=1, le=1000)
+
     admin_token: SecretStr | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @classmethod
+    def load(cls, secrets_dir: str | None = None, **fields: Any) -> Settings:
+        """``fields`` over the environment over, with ``secrets_dir``, one file per
+        secret setting (``costmodel_database_url``...: a Kubernetes Secret volume's
+        layout; ``service/secrets_dir.py``)."""
+        # pydantic-settings' init keyword; its mypy plugin does not know it.
+        return cls(**fields, _secrets_dir=secrets_dir)  # type: ignore[call-arg]
+
+    @property
+    def feedback_tokens_required(self) -> bool:
+        """Whether feedback needs a writer token (``auto``: unless loopback only)."""
+        if self.feedback_auth != "auto":
+            return self.feedback_auth == "token"
+        return not is_loopback(self.host)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _DATABASE.match(value.get_secret_value()):
+            raise ValueError("expected sqlite:///PATH, postgresql://... or postgres://")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _REDIS.match(value.get_secret_value()):
+            raise ValueError("expected redis://, rediss:// or unix://")
+        return value
 
     @field_validator("redis_url", "admin_token", "database_url", mode="before")
     @classmethod
@@ -139,3 +239,17 @@ class Settings(BaseSettings):
             if not name.replace("_", "").replace("-", "").isalnum():
                 raise ValueError(f"invalid model name {name!r}")
         return value
+
+
+_DATABASE = re.compile(r"^(sqlite|postgresql|postgres)(\+[a-z0-9]+)?://")
+_REDIS = re.compile(r"^(redis|rediss|unix)://")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address reaches this machine only (``localhost``, 127/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False

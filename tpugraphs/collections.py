@@ -112,6 +112,10 @@ class CollectionSpec:
     raw: RawRows | None = None  # per_node raw configs have their own encoder
     # Official eval config indices exist for its files (the TpuGraphs layout task).
     eval_indices: bool = False
+    # The compiler's own config as one row, where it is the same for every program
+    # (xla_cpu: XLA's defaults). Tile files mark their default per kernel by its
+    # runtime instead (``default_index``), and layout files not at all: None.
+    default_config: tuple[float, ...] | None = None
 
     @property
     def config_input(self) -> str:
@@ -233,6 +237,7 @@ XLA_CPU: Final = CollectionSpec(
     marker=CONFIG_SPEC_KEY,
     config_spec=xla_cpu.SPEC,
     raw=RawRows(is_xla_cpu_json, xla_cpu_rows_from_json, XLA_CPU_JSON_SCHEMA),
+    default_config=tuple(xla_cpu.default_row().tolist()),
 )
 
 COLLECTIONS: Final[Mapping[str, CollectionSpec]] = {

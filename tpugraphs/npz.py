@@ -4,8 +4,11 @@
 of data, so a few hundred bytes claiming ``(10**13,)`` float64 would ask for 80 TB.
 Each member's header is read first and its size checked against what the zip says
 the member holds uncompressed, which the zip reader enforces (it stops there, and
-checks the CRC). The service reads request bodies and the client reads npz answers
-with this one function; each maps ``NpzError`` into its own error tree.
+checks the CRC). Every member's name goes through ``keep`` before any member is
+decoded: a caller refuses an unexpected key (by raising) or skips one it does not
+need (False) without paying for its decoding. The service reads request bodies and
+the client reads npz answers with this one function; each maps ``NpzError`` into
+its own error tree.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import io
 import math
 import zipfile
+from collections.abc import Callable
 from typing import IO, Any
 
 import numpy as np
@@ -26,11 +30,16 @@ class NpzTooLarge(NpzError):
     """It would decode to more than the caller's limit."""
 
 
-def read_npz(data: bytes, max_decoded: int) -> dict[str, np.ndarray[Any, Any]]:
-    """The arrays of an npz, keyed as ``np.load`` keys them (without ``.npy``)."""
+def read_npz(
+    data: bytes, max_decoded: int, keep: Callable[[str], bool] | None = None
+) -> dict[str, np.ndarray[Any, Any]]:
+    """The arrays of an npz, keyed as ``np.load`` keys them (without ``.npy``):
+    those ``keep`` accepts (all without one), each key judged before any decoding."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = archive.infolist()
+            if keep is not None:
+                members = [info for info in members if keep(_key(info))]
             decoded = sum(info.file_size for info in members)
             if decoded > max_decoded:
                 raise NpzTooLarge(

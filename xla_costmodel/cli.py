@@ -38,12 +38,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chaos": ("xla_costmodel.benchmarks.chaos_cli:chaos", "bench"),
     "collect": ("xla_costmodel.clients.xla.collect:collect", "xla"),
     "tune": ("xla_costmodel.clients.xla.tune_cli:tune", "xla"),
+    "simulate": ("xla_costmodel.benchmarks.fleet:simulate_cli", "xla"),
 }
 # group name -> (help, {command name -> ("module:function", extra)})
 GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "dataset": (
         "Datasets from the measurement database.",
         {"export": ("xla_costmodel.dataset:export", "service")},
+    ),
+    "tokens": (
+        "Writers: who may store measurements (docs/security.md).",
+        {
+            "create": ("xla_costmodel.service.admin_cli:create", "service"),
+            "list": ("xla_costmodel.service.admin_cli:list_writers", "service"),
+            "revoke": ("xla_costmodel.service.admin_cli:revoke", "service"),
+        },
+    ),
+    "measurements": (
+        "Measurements in the database.",
+        {"purge": ("xla_costmodel.service.admin_cli:purge", "service")},
     ),
 }
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}

@@ -26,37 +26,23 @@ def export(
     target: Annotated[
         str | None, typer.Option(help="Only this hardware target (e.g. tpu-v3).")
     ] = None,
+    writer: Annotated[
+        str | None,
+        typer.Option(help="Only measurements this writer stored (costmodel tokens)."),
+    ] = None,
     database_url: Annotated[str | None, typer.Option(help=URL_HELP)] = None,
 ) -> None:
     """Export measured runtimes as TpuGraphs files that `costmodel train --data` reads."""
-    from pydantic import ValidationError
     from rich.console import Console
     from rich.table import Table
 
-    from xla_costmodel.service.settings import Settings
-    from xla_costmodel.service.store import MeasurementStore, StoreError
-    from xla_costmodel.service.store.engine import normalise_url, sqlite_path
+    from xla_costmodel.service.admin_cli import open_store
     from xla_costmodel.service.store.export import ExportedFile, export_dataset
 
     console = Console(stderr=True)
-    try:
-        settings = Settings(database_url=database_url) if database_url else Settings()
-    except ValidationError as exc:
-        console.print(f"[red]invalid settings:[/] {exc}")
-        raise typer.Exit(2) from None
-    url = settings.database_url or f"sqlite:///{settings.data_dir / 'costmodel.db'}"
-    try:
-        path = sqlite_path(normalise_url(url))
-        if path is not None and not path.is_file():  # never create an empty one
-            console.print(f"[red]no database at {path}[/]")
-            raise typer.Exit(1)
-        store = MeasurementStore.open(url)
-    except StoreError as exc:
-        console.print(f"[red]cannot open the database:[/] {exc}")
-        raise typer.Exit(1) from None
     totals: dict[tuple[str, str], list[int]] = {}
-    try:
-        for item in export_dataset(store, out, collection, target):
+    with open_store(database_url) as store:
+        for item in export_dataset(store, out, collection, target, writer):
             if isinstance(item, ExportedFile):
                 row = totals.setdefault((item.collection, item.target), [0, 0, 0])
                 row[0] += 1
@@ -67,11 +53,6 @@ def export(
                     f"[yellow]skipped[/] {item.collection}/{item.target}/"
                     f"{item.graph_id}: {item.reason}"
                 )
-    except StoreError as exc:
-        console.print(f"[red]export failed:[/] {exc}")
-        raise typer.Exit(1) from None
-    finally:
-        store.close()
     table = Table(title=f"exported to {out}")
     for column in ("collection", "target", "files", "configs", "measurements"):
         table.add_column(

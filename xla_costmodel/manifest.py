@@ -52,6 +52,17 @@ class GraphSpec(BaseModel):
     outputs: list[TensorSpec]
 
 
+class KnowledgeFile(BaseModel):
+    """What the training data taught per target, shipped as numpy seeds of target
+    knowledge (``xla_costmodel.tpugraphs.knowledge.save_seeds``): the service starts
+    every target's knowledge from them, and other targets' at reduced trust."""
+
+    model_config = ConfigDict(extra="forbid")
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    programs: dict[str, int] = Field(description="target -> programs it holds")
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["costmodel-artifact/1"] = MANIFEST_FORMAT
@@ -68,6 +79,16 @@ class Manifest(BaseModel):
     scorer: GraphSpec
     training: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, Any] = Field(default_factory=dict)
+    targets: list[str] = Field(
+        default_factory=list,
+        description="every target its training runtimes came from (empty: [target])",
+    )
+    knowledge: KnowledgeFile | None = None
+
+    def trained_on(self, target: str) -> bool:
+        """Whether runtimes of ``target`` were among its training data: a model of
+        other hardware only must not dominate a ranking for this one."""
+        return target in (self.targets or [self.target])
 
     @property
     def spec(self) -> CollectionSpec:
@@ -107,7 +128,10 @@ def read_manifest(artifact_dir: Path, verify_files: bool = True) -> Manifest:
         raise ArtifactError(f"{path}: invalid manifest: {exc}") from None
     _check_wiring(manifest, path)
     if verify_files:
-        for spec in (manifest.encoder, manifest.scorer):
+        files: list[GraphSpec | KnowledgeFile] = [manifest.encoder, manifest.scorer]
+        if manifest.knowledge is not None:
+            files.append(manifest.knowledge)
+        for spec in files:
             onnx_path = artifact_dir / spec.file
             if not onnx_path.is_file():
                 raise ArtifactError(f"{onnx_path}: missing")
@@ -159,6 +183,7 @@ __all__ = [
     "ArtifactError",
     "GraphFormatError",
     "GraphSpec",
+    "KnowledgeFile",
     "Manifest",
     "TensorSpec",
     "list_versions",

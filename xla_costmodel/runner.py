@@ -39,6 +39,8 @@ class ArtifactRunner:
         self._scorer = self._open(self.manifest.scorer, opts)
         self.config_name = self.manifest.config_input.name
         self.embedding_names = [s.name for s in self.manifest.encoder.outputs]
+        # name -> declared dims: what a cached embedding is checked against
+        self.embedding_shapes = {s.name: s.shape for s in self.manifest.encoder.outputs}
 
     @property
     def name(self) -> str:

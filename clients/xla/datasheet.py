@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from xla_costmodel.clients.xla import zoo
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import machine, xla_cpu
 
 COLUMN_MEANING = {
     "ynn": "`xla_cpu_experimental_ynn_fusion_type` contains `LIBRARY_FUSION_TYPE_{}`",
@@ -329,12 +329,16 @@ def _rows(side: dict[str, Any]) -> np.ndarray:
 
 
 def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
-    """``other_cpu/<target>/``: programs re-measured (same protocol and sample) on
-    another CPU of this machine kind, compared with this folder's."""
-    lines = ["## On another CPU"]
+    """The dataset's other targets (sibling folders ``../<target>/``): programs
+    measured with the same protocol and sample on another CPU, compared with this
+    folder's."""
+    lines = ["## On other CPUs"]
     mine = {s["name"]: s for s in ok}
     compared = []
-    for sub in sorted((folder / "other_cpu").glob("*/")):
+    siblings = [
+        d for d in folder.resolve().parent.glob("*/") if d.resolve() != folder.resolve()
+    ]
+    for sub in sorted(siblings):
         for side in load(sub):
             if side["status"] == "ok" and side["name"] in mine:
                 cmp = cross_cpu(mine[side["name"]], side)
@@ -349,8 +353,9 @@ def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
     for target, side, _ in compared:
         seen.setdefault(target, side)
     lines += [
-        "`other_cpu/<target>/` holds programs measured with the same protocol and config "
-        "sample on other machines of this kind. Not used for training.",
+        "The dataset's other targets (`../<target>/`) hold programs measured with the "
+        "same protocol and config sample on other CPUs; the xla_cpu model trains on "
+        "every target, each program relative to its own default.",
         "",
         *(
             f"- `{t}`: {_cpu(side)}; ISA flags {', '.join(side['machine'].get('isa_flags', []))}"
@@ -372,14 +377,14 @@ def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
         )
     lines += ["", "(\"other's best, run here\": the runtime here of the config that was "
               "fastest on the other CPU, over the fastest here; 1.000 = the same winner.) "
-              "Runtimes are each machine's own: a model trained here is shipped with this "
-              "CPU's `target`, and measurements from another CPU are kept apart by theirs.", ""]  # fmt: skip
+              "Runtimes are each machine's own: measurements from another CPU are kept "
+              "apart by their `target`, in the service as in this dataset.", ""]  # fmt: skip
     return lines
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    folder = Path(args[0] if args else "datasets/xla_cpu")
+    folder = Path(args[0] if args else "datasets/xla_cpu/" + machine.target())
     (folder / "DATASHEET.md").write_text(render(folder))
     print(folder / "DATASHEET.md")
 

@@ -1,10 +1,10 @@
 """How ``tune`` picks the next configs to measure: the service's ranking, or at random.
 
 A picker sees the candidate rows (``xla_cpu.sample``) by index. ``pick(remaining,
-k)`` returns ``k`` of the ``remaining`` indices, best guess first; ``feedback(rows,
-runtimes_ns)`` reports what was measured and returns how many measurements the
-service stored (None: not sent). Service errors propagate as ``CostModelError``.
-No jax here.
+step)`` returns ``step.size`` of the ``remaining`` indices (``policy.Round``: the
+portfolio's head, then the ranking's); ``feedback(rows, runtimes_ns)`` reports what
+was measured and returns how many measurements the service stored (None: not sent).
+Service errors propagate as ``CostModelError``. No jax here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import numpy.typing as npt
 
 from xla_costmodel.clients.payloads import PreparedGraph
 from xla_costmodel.clients.session import TuningSession
+from xla_costmodel.clients.wire import RankResult
+from xla_costmodel.clients.xla import policy
 
 Rows = npt.NDArray[np.float32]
 
@@ -35,7 +37,12 @@ class Picker(Protocol):
     @property
     def model_version(self) -> str | None: ...
 
-    def pick(self, remaining: Sequence[int], k: int) -> list[int]: ...
+    @property
+    def shaping(self) -> dict[str, Any] | None:
+        """What shaped the last ranking besides the graph's measurements."""
+        ...
+
+    def pick(self, remaining: Sequence[int], step: policy.Round) -> list[int]: ...
 
     def feedback(
         self, rows: Sequence[int], runtimes_ns: Sequence[int]
@@ -43,7 +50,8 @@ class Picker(Protocol):
 
 
 class ModelPicker:
-    """The service's top ``k`` of the remaining rows, adapted to the feedback so far.
+    """The service's portfolio and ranking of the remaining rows, adapted to the
+    feedback so far (``policy.pick`` decides how many of each).
 
     One ``TuningSession``: every rank and feedback of the run goes to the model
     version of its first answer and to the run's ``target``.
@@ -60,17 +68,21 @@ class ModelPicker:
         self.deadline = deadline
         self.adapted: int | None = None
         self.answered = False
+        self.shaping: dict[str, Any] | None = None
 
     @property
     def model_version(self) -> str | None:
         return self.session.model_version
 
-    def pick(self, remaining: Sequence[int], k: int) -> list[int]:
+    def pick(self, remaining: Sequence[int], step: policy.Round) -> list[int]:
         result = self.session.rank(
-            self.graph, self.rows[list(remaining)], deadline=self.deadline
-        )
+            self.graph, self.rows[list(remaining)], deadline=self.deadline,
+            portfolio=step.explore > 0,
+        )  # fmt: skip
         self.answered, self.adapted = True, result.adapted
-        return [remaining[j] for j in result.ranking[:k]]
+        self.shaping = _shaping(result)
+        chosen = policy.pick(result.ranking, result.portfolio, step)
+        return [remaining[j] for j in chosen]
 
     def feedback(self, rows: Sequence[int], runtimes_ns: Sequence[int]) -> int | None:
         result = self.session.feedback(
@@ -88,13 +100,23 @@ class RandomPicker:
     adapted: int | None = None
     answered: bool = False
     model_version: str | None = None
+    shaping: dict[str, Any] | None = None
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
 
-    def pick(self, remaining: Sequence[int], k: int) -> list[int]:
-        chosen: Any = self.rng.choice(np.asarray(remaining), k, replace=False)
+    def pick(self, remaining: Sequence[int], step: policy.Round) -> list[int]:
+        chosen: Any = self.rng.choice(np.asarray(remaining), step.size, replace=False)
         return [int(i) for i in chosen]
 
     def feedback(self, rows: Sequence[int], runtimes_ns: Sequence[int]) -> int | None:
         return None
+
+
+def _shaping(result: RankResult) -> dict[str, Any]:
+    return {
+        "target_programs": result.target_programs,
+        "target_measurements": result.target_measurements,
+        "knowledge_weight": result.knowledge_weight,
+        "prior_weight": result.prior_weight,
+    }

@@ -364,3 +364,104 @@ def unet(batch: int, hw: int, widths: tuple[int, ...], train: bool) -> Builder:
         return _finish(forward, _init(shapes), _x((batch, hw, hw, 3)), train)
 
     return build
+
+
+# Shape-varied templates (families ``g_*``): many small programs along the axes real
+# programs vary in and the hand-written zoo barely covers (kernel sizes and strides,
+# channel counts from 1 up, 1-D signals laid out as 2-D convolutions, grouped and
+# depthwise convolutions, matmul shapes from skinny to square, batch 1 to 1024,
+# inference and training). A cross-program model learns what a CPU rewards from them.
+
+
+def conv_stack(
+    batch: int, hw: int, cin: int, widths: tuple[int, ...], k: int, stride: int,
+    train: bool,
+) -> Builder:  # fmt: skip
+    """Convolutions of kernel ``k`` and ``stride`` (no pooling), a linear head."""
+
+    def build() -> Built:
+        import jax
+
+        chans = [cin, *widths]
+        shapes: Shapes = {
+            f"c{i}": (k, k, a, b) for i, (a, b) in enumerate(itertools.pairwise(chans))
+        }
+        shapes["head"] = (widths[-1], 10)
+
+        def forward(p: Params, x: Any) -> Any:
+            for i in range(len(widths)):
+                x = jax.nn.relu(_conv(x, p[f"c{i}"], stride=stride))
+            return x.mean(axis=(1, 2)) @ p["head"]
+
+        return _finish(forward, _init(shapes), _x((batch, hw, hw, cin)), train)
+
+    return build
+
+
+def grouped_conv(
+    batch: int, hw: int, ch: int, groups: int, k: int, layers: int, train: bool
+) -> Builder:
+    """``layers`` blocks of a grouped ``k``x``k`` conv (``groups == ch``: depthwise)
+    and a 1x1 conv, residual."""
+
+    def build() -> Built:
+        import jax
+
+        shapes: Shapes = {"stem": (3, 3, 3, ch), "head": (ch, 10)}
+        for i in range(layers):
+            shapes[f"g{i}"] = (k, k, ch // groups, ch)
+            shapes[f"p{i}"] = (1, 1, ch, ch)
+
+        def forward(p: Params, x: Any) -> Any:
+            h = _conv(x, p["stem"])
+            for i in range(layers):
+                y = jax.nn.relu(_conv(h, p[f"g{i}"], groups=groups))
+                h = h + _conv(y, p[f"p{i}"])
+            return h.mean(axis=(1, 2)) @ p["head"]
+
+        return _finish(forward, _init(shapes), _x((batch, hw, hw, 3)), train)
+
+    return build
+
+
+def signal2d(
+    batch: int, length: int, ch: int, k: int, layers: int, train: bool
+) -> Builder:
+    """A 1-D signal as a 1 x length image: ``(1, k)`` convolutions, ``ch`` channels."""
+
+    def build() -> Built:
+        import jax
+
+        shapes: Shapes = {"in": (1, k, 1, ch), "out": (ch, 4)}
+        shapes |= {f"c{i}": (1, k, ch, ch) for i in range(layers)}
+
+        def forward(p: Params, x: Any) -> Any:
+            h = jax.nn.relu(_conv(x, p["in"]))
+            for i in range(layers):
+                h = h + jax.nn.tanh(_conv(h, p[f"c{i}"]))
+            return h.mean(axis=(1, 2)) @ p["out"]
+
+        return _finish(forward, _init(shapes), _x((batch, 1, length, 1)), train)
+
+    return build
+
+
+def matmul_chain(m: int, k: int, n: int, layers: int, train: bool) -> Builder:
+    """``[m, k] @ [k, n] @ [n, k] ...``: ``layers`` matmuls with a nonlinearity."""
+
+    def build() -> Built:
+        import jax
+
+        dims = [k] + [n if i % 2 == 0 else k for i in range(layers)]
+        shapes: Shapes = {
+            f"w{i}": (a, b) for i, (a, b) in enumerate(itertools.pairwise(dims))
+        }
+
+        def forward(p: Params, x: Any) -> Any:
+            for i in range(layers):
+                x = jax.nn.silu(x @ p[f"w{i}"])
+            return x
+
+        return _finish(forward, _init(shapes), _x((m, k)), train)
+
+    return build

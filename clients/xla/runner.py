@@ -201,9 +201,11 @@ def collect_program(
             "reason": f"controls disagree by {attempts[-1]['noise']:.3f}",
         }
     else:
-        runtimes = m.median_ns[: len(ok)].copy()
+        # Per-round speed normalisation (measure.normalised_medians); the noise
+        # (the controls' disagreement) stays on the raw medians.
+        runtimes = m.normalised_ns[: len(ok)].copy()
         # Row 0 is the default config; its runtime is the median of its copies.
-        runtimes[0] = int(np.median(m.median_ns[defaults]))
+        runtimes[0] = int(np.median(m.normalised_ns[defaults]))
         npz = record.npz_bytes(graph, rows[ok], runtimes)
         side |= _summary(runtimes, ok, options, m, defaults)
     del runners, compiled, ctrl, entries, lowered, fn, args

@@ -10,22 +10,25 @@
 
 Strategy ``"model"``: lower ``jax.jit(fn)`` once and featurize its pre-optimization
 HLO (one row configures the whole program: no configurable nodes); sample
-``candidates`` option rows (``xla_cpu.sample``, row 0 the default). Each of
-``rounds`` rounds asks the service to rank the rows not measured yet, compiles its
-top few and measures them beside separately compiled copies of the default (the
+``candidates`` option rows (``xla_cpu.sample``, row 0 the default). The rounds
+follow ``policy.plan``: the first measures the head of the service's *portfolio*
+(configs that won on other programs of this target, then spread-out ones), later
+ones the top of its ranking (adapted to this graph's measurements and to the
+target's knowledge), with some exploration left in the middle. Each round compiles
+its picks and measures them beside separately compiled copies of the default (the
 controls) with ``measure.py``'s protocol (compile first, shuffled round-robin rounds,
 min per round, median over rounds), then sends the runtimes, the default's included,
-as feedback: the service adapts its ranking of this graph for the next round. The
-``budget`` K counts configs compiled and measured (a config that fails to compile
-counts too), spread evenly over the rounds.
+as feedback: the service adapts its ranking of this graph, and its knowledge of the
+target, for the next round and for every later program. The ``budget`` K counts
+configs compiled and measured (a config that fails to compile counts too).
 
-Choosing: the ``confirm`` configs that were fastest relative to the default measured
-beside them are measured once more against the controls (a fresh measurement, so
-the winner's luck in the first one does not count), and the fastest is chosen only
-if it beats the default by more than the noise: the controls' disagreement (the
-worst of every measurement of the run), at least ``noise_floor``. Otherwise the
-default stays (``compiler_options == {}``); ``default_ms`` and ``best_ms`` are from
-that last measurement.
+Choosing (``decide.py``): the ``confirm`` configs that were fastest relative to the
+default measured beside them are timed again against the default in ``repeats``
+interleaved pairs (a fresh measurement: the winner's luck in the first one does not
+count), and the fastest one is kept only if a one-sided Mann-Whitney test says it is
+faster at level ``alpha`` *and* its median speedup exceeds ``1 + min_gain``.
+Otherwise the default stays (``compiler_options == {}``); ``default_ms`` and
+``best_ms`` are from those pairs.
 
 No service (``client=None``, unreachable, no such model, HLO it cannot featurize): the
 default, measured the same way, with ``reason`` saying why; a service lost mid-run
@@ -102,7 +105,7 @@ class TuneReport:
     budget: int
     candidates: int
     seed: int
-    noise: float  # the threshold used: max(noise_floor, worst controls' disagreement)
+    noise: float  # the controls' worst disagreement over the run (informational)
     rounds: list[dict[str, Any]]
     target: str
     model: str
@@ -140,7 +143,7 @@ def tune(
     rounds: int | None = None,
     candidates: int = 256,
     target: str | None = None,
-    noise_floor: float = 0.02,
+    min_gain: float = 0.02,
     protocol: Protocol = TUNE_PROTOCOL,
     crash_dir: Path | None = None,
     progress: Log | None = None,
@@ -156,7 +159,7 @@ def tune(
     """
     cfg = TuneConfig(
         budget, model, strategy, seed, rounds, candidates, target,
-        noise_floor=noise_floor, protocol=protocol, crash_dir=crash_dir,
+        min_gain=min_gain, protocol=protocol, crash_dir=crash_dir,
     )  # fmt: skip
     return _tune(fn, tuple(args), cfg, client, progress)[0]
 
@@ -215,7 +218,7 @@ def _tune(
         seed=cfg.seed, noise=noise, rounds=run.rounds, target=target, model=cfg.model,
         model_version=None if picker is None else picker.model_version,
         service_answered=picker is not None and picker.answered,
-        reason=why or _reason(chosen, default_ns, best_ns, noise, run.measured),
+        reason=why or _reason(chosen, default_ns, best_ns, run.measured, cfg),
         notes=run.notes,
         seconds=time.monotonic() - started,
     )  # fmt: skip
@@ -251,17 +254,19 @@ def _reason(
     chosen: Measured | None,
     default_ns: int,
     best_ns: int,
-    noise: float,
     measured: list[Measured],
+    cfg: TuneConfig,
 ) -> str:
+    rule = f"Mann-Whitney p < {cfg.alpha} and over {cfg.min_gain:.0%} faster"
     if chosen is not None:
+        p = chosen.verdict.p_value if chosen.verdict else float("nan")
         return (
-            f"{default_ns / best_ns:.3f}x faster than the default, beyond the "
-            f"noise ({noise:.1%})"
+            f"{default_ns / best_ns:.3f}x faster than the default in "
+            f"{cfg.repeats} interleaved pairs (p = {p:.3g}; kept when {rule})"
         )
     if not measured:
         return "no config compiled: kept the default"
-    return f"no config beat the default beyond the noise ({noise:.1%})"
+    return f"no config was faster than the default ({rule}): kept the default"
 
 
 def _entry(m: Measured, rows: Rows) -> dict[str, Any]:
@@ -273,4 +278,7 @@ def _entry(m: Measured, rows: Rows) -> dict[str, Any]:
     }
     if m.final_ns is not None:
         entry["final_ms"] = m.final_ns / 1e6
+    if m.verdict is not None:
+        entry["final_speedup"] = m.verdict.speedup
+        entry["p_value"] = m.verdict.p_value
     return entry

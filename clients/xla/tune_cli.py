@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -61,6 +62,13 @@ def tune(
         None, "--target", help="Hardware name of the runtimes (default: this CPU's)."
     ),
     json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="COSTMODEL_TOKEN",
+        show_envvar=True,
+        help="Writer token for the feedback (costmodel tokens create).",
+    ),
     restarts: int = typer.Option(
         3,
         "--restarts",
@@ -73,6 +81,8 @@ def tune(
     sets, the best few are compiled and measured here, the default kept unless beaten
     beyond the noise."""
     stderr = Console(stderr=True)
+    if token:  # to the worker through its environment, never its argv (ps shows it)
+        os.environ["COSTMODEL_TOKEN"] = token
     if not worker:
         # Some option sets crash XLA itself: tune in a child process, restarted after
         # a crash; the restarted run leaves the crashing config out (its journal).
@@ -94,7 +104,7 @@ def tune(
     }  # fmt: skip
     try:
         if strategy is StrategyName.model:
-            with CostModelClient(server) as client:
+            with CostModelClient(server, token=token) as client:
                 report = run_tune(fn, args, budget, client=client, **kwargs)
         else:
             report = run_tune(fn, args, budget, **kwargs)

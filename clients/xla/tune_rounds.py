@@ -2,11 +2,12 @@
 
 ``Bench`` holds the lowered program and its default controls: it compiles configs
 through the collector's ``probe`` (each runs once after compiling, its output
-compared with the default's), keeps the program's crash journal, and measures
-executables beside the controls with ``measure.py``'s protocol. ``Rounds`` plays the
-rounds with a picker (``pickers.py``) and makes the final choice (``decide``, by
-``choose``). jax is imported by the calls that need it (``probe`` imports it), never
-at import.
+compared with the default's), keeps the program's crash journal, measures
+executables beside the controls with ``measure.py``'s protocol, and times a
+candidate against the default in interleaved pairs. ``Rounds`` plays the rounds of
+``policy.plan`` with a picker (``pickers.py``) and makes the final choice
+(``Rounds.decide``, by ``decide.py``: Mann-Whitney and a minimum gain). jax is
+imported by the calls that need it (``probe`` imports it), never at import.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.clients.errors import CostModelError
-from xla_costmodel.clients.xla.measure import Protocol, disagreement, measure
+from xla_costmodel.clients.xla import decide, policy
+from xla_costmodel.clients.xla.measure import Protocol, disagreement, measure, time_once
 from xla_costmodel.clients.xla.pickers import Picker
 from xla_costmodel.tpugraphs import xla_cpu
 
@@ -47,7 +49,9 @@ class TuneConfig:
     target: str | None = None  # default machine.target()
     controls: int = 2  # separately compiled copies of the default
     confirm: int = 2  # best configs measured again before choosing
-    noise_floor: float = 0.02
+    min_gain: float = decide.MIN_GAIN  # a kept config is at least this much faster
+    alpha: float = decide.ALPHA  # and faster at this significance (Mann-Whitney)
+    repeats: int = decide.REPEATS  # interleaved pairs per finalist
     protocol: Protocol = TUNE_PROTOCOL
     deadline: float | None = 30.0  # seconds per service call
     # A config whose output differs more from the default's (max |diff| / max |ref|
@@ -68,15 +72,12 @@ class TuneConfig:
             raise ValueError("controls must be 2..4: their disagreement is the noise")
         if self.confirm < 1:
             raise ValueError("confirm must be >= 1")
+        if self.repeats < 2:
+            raise ValueError("repeats must be >= 2: a test needs a sample")
 
-    def plan(self) -> list[int]:
-        """Configs measured in each round: the budget spread evenly, first ones larger."""
-        rounds = min(3, self.budget) if self.rounds is None else self.rounds
-        if not 1 <= rounds <= self.budget:
-            raise ValueError(
-                f"rounds must be in [1, budget={self.budget}], got {rounds}"
-            )
-        return [len(part) for part in np.array_split(np.arange(self.budget), rounds)]
+    def plan(self) -> list[policy.Round]:
+        """The rounds (``policy.plan``): the portfolio first, then the ranking."""
+        return policy.plan(self.budget, self.rounds)
 
 
 def default_crash_dir() -> Path:
@@ -101,7 +102,8 @@ class Measured:
     ns: int
     vs_default: float
     executable: Any  # dropped once it cannot be among the best any more
-    final_ns: int | None = None
+    final_ns: int | None = None  # median of its times in the final pairs
+    verdict: decide.Verdict | None = None  # the final comparison with the default
 
 
 class Bench:
@@ -174,6 +176,24 @@ class Bench:
         self.noises.append(disagreement(controls))
         return [int(v) for v in medians[: len(executables)]], int(np.median(controls))
 
+    def pairs(self, executable: Any, repeats: int) -> tuple[list[int], list[int]]:
+        """``repeats`` interleaved pairs: the default (the controls in turn) and the
+        candidate in a random order, each run once untimed then ``runs`` times,
+        keeping the minimum. Returns (default ns, candidate ns), pair by pair."""
+        runs = self.cfg.protocol.runs
+        candidate = _runner(executable, self.args)
+        controls = [_runner(c, self.args) for c in self.controls]
+        default_ns, candidate_ns = [], []
+        for i in range(repeats):
+            pair = [controls[i % len(controls)], candidate]
+            times = [0, 0]
+            for k in self.rng.permutation(2):
+                pair[k]()
+                times[k] = min(time_once(pair[k]) for _ in range(runs))
+            default_ns.append(times[0])
+            candidate_ns.append(times[1])
+        return default_ns, candidate_ns
+
     def _probe(self, options: list[Options]) -> list[dict[str, Any]]:
         from xla_costmodel.clients.xla import probe
 
@@ -207,16 +227,19 @@ class Rounds:
                 f"run ({bench.crashes.path})"
             )
 
-    def play(self, picker: Picker, plan: list[int]) -> str:
+    def play(self, picker: Picker, plan: list[policy.Round]) -> str:
         """Every round of ``plan``. A service lost before anything was measured:
         returns why the default stays; lost later: a note, the rounds end."""
-        for r, k in enumerate(plan, 1):
+        for r, step in enumerate(plan, 1):
             remaining = [i for i in range(len(self.rows)) if i not in self.tried]
             if not remaining:
                 self.notes.append(f"every candidate was tried by round {r - 1}")
                 break
+            size = min(step.size, len(remaining))
             try:
-                picks = picker.pick(remaining, min(k, len(remaining)))
+                picks = picker.pick(
+                    remaining, policy.Round(size, min(step.explore, size))
+                )
             except CostModelError as exc:
                 lost = f"the service did not rank ({exc})"
                 if not self.measured:
@@ -234,7 +257,8 @@ class Rounds:
                 self.notes.append(f"round {r}: feedback not stored ({exc})")
             self.rounds.append({
                 "round": r, "configs": len(picks), "measured": len(new),
-                "adapted": picker.adapted, "feedback_stored": stored,
+                "adapted": picker.adapted, "shaping": picker.shaping,
+                "explored": min(step.explore, len(picks)), "feedback_stored": stored,
                 "default_ms": default_ns / 1e6, "noise": self.bench.noises[-1],
             })  # fmt: skip
         return ""
@@ -263,26 +287,28 @@ class Rounds:
             m.executable = None
 
     def decide(self) -> tuple[Measured | None, int, float]:
-        """Measure the best few once more against the controls: the chosen config
-        (None: the default), the default's runtime, and the noise threshold."""
+        """Time the best few against the default in interleaved pairs and keep the
+        fastest that ``decide.decide`` accepts: the chosen config (None: the
+        default), the default's runtime (median of its paired times) and the
+        controls' worst disagreement over the run (the noise, for the report)."""
         cfg = self.bench.cfg
         best = [
             m for m in self.measured if m.executable is not None and m.vs_default < 1
         ]
         best = sorted(best, key=lambda m: m.vs_default)[: cfg.confirm]
-        self.log(f"final: measuring the best {len(best)} against the default")
-        final, default_ns = self.bench.measure([m.executable for m in best])
-        for m, t in zip(best, final, strict=True):
-            m.final_ns = t
-        noise = max(cfg.noise_floor, *self.bench.noises)
-        k = choose(default_ns, final, noise)
+        self.log(
+            f"final: {len(best)} config(s) against the default, {cfg.repeats} pairs each"
+        )
+        noise = max([0.0, *self.bench.noises])
+        if not best:
+            _, default_ns = self.bench.measure([])
+            return None, default_ns, noise
+        timed = [self.bench.pairs(m.executable, cfg.repeats) for m in best]
+        k, verdicts = decide.decide(
+            [d for d, _ in timed], [c for _, c in timed], cfg.alpha, cfg.min_gain
+        )
+        for m, (_, c), v in zip(best, timed, verdicts, strict=True):
+            m.final_ns = int(np.median(c))
+            m.verdict = v
+        default_ns = int(np.median(timed[0 if k is None else k][0]))
         return (None if k is None else best[k]), default_ns, noise
-
-
-def choose(default_ns: int, final_ns: Sequence[int], noise: float) -> int | None:
-    """The index of the fastest of ``final_ns`` if the default is more than ``noise``
-    slower than it (``default / best > 1 + noise``), else None (keep the default)."""
-    if not final_ns:
-        return None
-    k = int(np.argmin(final_ns))
-    return k if default_ns / final_ns[k] > 1.0 + noise else None

@@ -1,41 +1,43 @@
-"""Per-graph adaptation: the model's prior combined with a fit on what was measured.
+"""Per-graph adaptation: what one graph measured on a target, and fits on it.
 
-    Adaptation.adapt(runner, target, gid, configs, prior, score) -> (scores, used)
+    await Adaptation.observed(runner, target, gid) -> Observed | None
+    Adaptation.fitter(runner, target, gid, observed, tag) -> Fit   (sync, cached)
 
-When (collection, target, graph) has at least ``min_measurements`` distinct measured
-configs, scores come from ``xla_costmodel.tpugraphs.adapt.fit`` (the method and why: its docstring)
-fitted on those measurements with the model's scores of the measured configs as the
-prior. ``used`` is the number of distinct configs the fit used, 0 for the prior alone.
-
-Fitted models are cached per (model, version, target, graph) with the database's
-generation of that graph's measurements (count, newest id). Every rank request reads
-the generation (one indexed query), so a measurement stored through any replica
-invalidates every replica's fit on its next request. A database failure means the
-prior alone: logged and counted, never an error.
+``observed`` reads the database's generation of the graph's measurements (count,
+newest id; one indexed query) and the rows themselves only when it changed, so a
+measurement stored through any replica reaches every replica's next ranking. The
+ranking itself is composed by ``xla_costmodel.tpugraphs.blend`` (the artifact's
+prior, the target's knowledge, this fit), which calls the ``fitter``: per-writer
+shares of ``xla_costmodel.tpugraphs.adapt.fit`` (``shares.py``), cached per
+(model, version, target, graph) with the generation and ``tag`` (the target
+knowledge's version: the combined prior the fit shrinks toward changes with it).
+A database failure means no adaptation: logged and counted, never an error.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-import anyio
 import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.shares import Shared, fit_by_writer
 from xla_costmodel.service.store import StoreError
-from xla_costmodel.tpugraphs.adapt import Adapter, fit
+from xla_costmodel.tpugraphs.adapt import Adapter
+from xla_costmodel.tpugraphs.blend import distinct_configs
 
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
-PriorFn = Callable[[F32], Awaitable[F32]]
+F64 = npt.NDArray[np.float64]
 Key = tuple[str, str, str, str]  # model, version, target, graph_id
 
 
@@ -46,10 +48,20 @@ class AdaptEvents(Protocol):
 
 
 @dataclass(frozen=True)
-class _Fit:
+class Observed:
+    """A graph's measurements on a target, as of ``generation``."""
+
     generation: tuple[int, int]
-    adapter: Adapter | None  # None: nothing measured
-    shape: tuple[int, ...] = ()  # of one measured config
+    configs: F32
+    runtimes_ns: npt.NDArray[np.int64]
+    writers: tuple[str | None, ...]
+    distinct: int  # distinct configs: counted once per generation, not per rank
+
+
+@dataclass(frozen=True)
+class _Fit:
+    tag: tuple[object, ...]  # generation + the caller's tag
+    adapter: Adapter | Shared
 
 
 class Adaptation:
@@ -65,98 +77,79 @@ class Adaptation:
         self.events = events
         self.min_measurements = min_measurements
         self.max_measurements = max_measurements
-        self._fits: OrderedDict[Key, _Fit] = OrderedDict()
         self._cache_entries = cache_entries
-        self._locks: dict[Key, anyio.Lock] = {}
+        self._rows: OrderedDict[Key, Observed] = OrderedDict()
+        self._fits: OrderedDict[Key, _Fit] = OrderedDict()
+        self._lock = threading.Lock()  # fitters run in worker threads
 
-    async def adapt(
-        self,
-        runner: ArtifactRunner,
-        target: str,
-        gid: str,
-        configs: F32,
-        prior: F32,
-        score: PriorFn,
-    ) -> tuple[F32, int]:
-        """Scores for ``configs`` (lower = faster) and how many measurements shaped
-        them; ``score`` gives the model's scores of other configs of this graph."""
-        fitted = await self._fitted(runner, target, gid, configs.shape[1:], score)
-        if fitted is None:
-            self.events.ranking_adapted(runner.name, False)
-            return prior, 0
-        scores = await anyio.to_thread.run_sync(fitted.score, configs, prior)
-        self.events.ranking_adapted(runner.name, True)
-        return scores, fitted.measurements
-
-    async def _fitted(
-        self,
-        runner: ArtifactRunner,
-        target: str,
-        gid: str,
-        shape: tuple[int, ...],
-        score: PriorFn,
-    ) -> Adapter | None:
-        collection = runner.collection
+    async def observed(
+        self, runner: ArtifactRunner, target: str, gid: str
+    ) -> Observed | None:
+        """The graph's measurements (None: none, or the database is unavailable)."""
+        collection, limit = runner.collection, self.max_measurements
+        key = (runner.name, runner.version, target, gid)
         try:
             generation = await self.db.run(
                 lambda s: s.generation(collection, target, gid)
             )
+            if generation[0] == 0:
+                return None
+            found = self._rows.get(key)
+            if found is None or found.generation != generation:
+                # Tagged with the generation read before: a write in between only
+                # means the next request reads again.
+                rows = await self.db.run(
+                    lambda s: s.measurements(collection, target, gid, limit=limit)
+                )
+                distinct = await anyio.to_thread.run_sync(
+                    distinct_configs, rows.configs
+                )
+                found = Observed(generation, rows.configs, rows.runtimes_ns,
+                                 tuple(rows.writers), distinct)  # fmt: skip
+                _keep(self._rows, key, found, self._cache_entries)
         except StoreError as exc:
-            self._unavailable(exc)
+            self.events.store_error("adapt")
+            log.warning("ranking without adaptation", extra={"error": str(exc)})
             return None
-        if generation[0] < self.min_measurements:
-            return None
-        key = (runner.name, runner.version, target, gid)
-        lock = self._locks.setdefault(key, anyio.Lock())
-        try:
-            async with lock:  # one fit per graph at a time; the others reuse it
-                found = self._fits.get(key)
-                if found is None or found.generation != generation:
-                    found = await self._fit(runner, target, gid, generation, score)
-                    self._keep(key, found)
-        except StoreError as exc:
-            self._unavailable(exc)
-            return None
-        finally:
-            if not lock.statistics().tasks_waiting:
-                self._locks.pop(key, None)
-        adapter = found.adapter
-        if adapter is None or adapter.measurements < self.min_measurements:
-            return None
-        return adapter if shape == found.shape else None
+        return found if len(found.runtimes_ns) else None
 
-    async def _fit(
+    def fitter(
         self,
         runner: ArtifactRunner,
         target: str,
         gid: str,
-        generation: tuple[int, int],
-        score: PriorFn,
-    ) -> _Fit:
-        collection, limit = runner.collection, self.max_measurements
-        measured = await self.db.run(
-            lambda s: s.measurements(collection, target, gid, limit=limit)
-        )
-        # Tagged with the generation read before: a write in between only means
-        # the next request fits again.
-        if not len(measured.ids):
-            return _Fit(generation, None)
-        prior = await score(measured.configs)
-        start = time.perf_counter()
-        adapter = await anyio.to_thread.run_sync(
-            fit, measured.configs, measured.runtimes_ns, prior
-        )
-        self.events.adaptation_fitted(
-            runner.name, time.perf_counter() - start, adapter.measurements
-        )
-        return _Fit(generation, adapter, tuple(measured.configs.shape[1:]))
+        observed: Observed,
+        tag: tuple[object, ...],
+    ) -> Callable[[F32, F64, Callable[[], F64]], Adapter | Shared]:
+        """``blend``'s fit for this graph: the cached adapter while the
+        measurements and ``tag`` are unchanged (the prior of the measured configs
+        is not even computed then), else a fresh fit (timed)."""
+        key = (runner.name, runner.version, target, gid)
+        full = (observed.generation, *tag)
 
-    def _keep(self, key: Key, found: _Fit) -> None:
-        self._fits[key] = found
-        self._fits.move_to_end(key)
-        while len(self._fits) > self._cache_entries:
-            self._fits.popitem(last=False)
+        def fit(
+            configs: F32, runtimes: F64, prior: Callable[[], F64]
+        ) -> Adapter | Shared:
+            with self._lock:
+                found = self._fits.get(key)
+            if found is not None and found.tag == full:
+                return found.adapter
+            combined = prior().astype(np.float32)  # scores the measured configs
+            start = time.perf_counter()
+            # Each writer's rows fit alone, one share each (shares.py).
+            adapter = fit_by_writer(configs, runtimes, combined, observed.writers)
+            self.events.adaptation_fitted(
+                runner.name, time.perf_counter() - start, adapter.measurements
+            )
+            with self._lock:
+                _keep(self._fits, key, _Fit(full, adapter), self._cache_entries)
+            return adapter
 
-    def _unavailable(self, exc: Exception) -> None:
-        self.events.store_error("adapt")
-        log.warning("ranking without adaptation", extra={"error": str(exc)})
+        return fit
+
+
+def _keep(cache: OrderedDict[Key, Any], key: Key, value: Any, entries: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > entries:
+        cache.popitem(last=False)

@@ -8,12 +8,16 @@ Layout (version 1)::
     the arrays' bytes, C order, in header order
 
 Only little-endian float32 arrays are written or accepted; nothing is pickled.
+``check_shapes`` holds a decoded one to the artifact's declared outputs: Redis is
+shared, so a value written by another version of the code (or by anyone who can
+reach Redis) must not reach the scorer with a shape it was not exported for.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,6 +80,25 @@ def loads(blob: bytes) -> Embedding:
     if offset != len(blob):
         raise BlobError("trailing bytes")
     return out
+
+
+def check_shapes(
+    embedding: Embedding, shapes: Mapping[str, Sequence[int | str]]
+) -> None:
+    """BlobError unless every array has its declared rank and fixed dims, and each
+    symbolic dim (``num_configurable``) one size across the arrays."""
+    bound: dict[str, int] = {}
+    for name, dims in shapes.items():
+        got = embedding[name].shape
+        if len(got) != len(dims):
+            raise BlobError(f"{name!r} has shape {list(got)}, declared {list(dims)}")
+        for want, size in zip(dims, got, strict=True):
+            if isinstance(want, str):
+                want = bound.setdefault(want, size)
+            if want != size:
+                raise BlobError(
+                    f"{name!r} has shape {list(got)}, declared {list(dims)}"
+                )
 
 
 def _entry(entry: Any) -> tuple[str, tuple[int, ...]]:

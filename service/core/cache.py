@@ -4,7 +4,9 @@ A lookup tries memory, then Redis (when configured and not cooling down). A miss
 a graph that comes with its arrays is filled by exactly one computation per key,
 however many requests ask at once: the fill runs as its own task, so a cancelled
 request does not cancel the work others are waiting for. Redis errors are counted,
-logged and treated as misses; they never fail a request.
+logged and treated as misses; they never fail a request. So is a Redis value whose
+arrays or shapes are not the ones the artifact's manifest declares (``op="shape"``):
+Redis is shared, and the scorer must only see what it was exported for.
 
 ``meta`` keeps, next to the embeddings, each layout graph's record of its
 configurable nodes (``xla_costmodel.service.core.graph_meta``), which raw configs resolve against.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -152,6 +154,12 @@ class EmbeddingCache:
         except blob.BlobError as exc:
             self._redis_failed("decode", key, exc)
             return None
+        if isinstance(names, Mapping):  # name -> declared dims (the manifest's)
+            try:
+                blob.check_shapes(embedding, names)
+            except blob.BlobError as exc:
+                self._redis_failed("shape", key, exc)
+                return None
         self.events.cache_hit("redis")
         self.memory.put(key, embedding)
         return embedding

@@ -12,6 +12,7 @@ durable on SQLite and PostgreSQL). Anything that keeps it from the database is
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
@@ -26,20 +27,26 @@ from xla_costmodel.service.core.inputs import RawGraph
 from xla_costmodel.service.core.ranker import Ranker, Scored
 from xla_costmodel.service.errors import (
     FeedbackUnavailable,
+    Forbidden,
     GraphNotFound,
     IdempotencyConflict,
     InvalidRequest,
+    QuotaExceeded,
     RankingNotFound,
 )
 from xla_costmodel.service.store import (
     AddResult,
     MeasurementBatch,
+    Quota,
     StoreUnavailable,
     UnknownGraph,
+    Writer,
 )
 from xla_costmodel.service.store import IdempotencyConflict as StoreConflict
+from xla_costmodel.service.store import QuotaExceeded as StoreQuotaExceeded
 from xla_costmodel.tpugraphs.metrics import kendall_tau, topk_slowdown
 
+log = logging.getLogger(__name__)
 INT64_MAX = (1 << 63) - 1
 
 
@@ -65,6 +72,8 @@ class FeedbackRequest:
     target: str | None = None  # default: the model's
     idempotency_key: str | None = None
     request_hash: str | None = None  # of the request as sent, compared on a resend
+    ranking_id: str | None = None  # the rank answer config_indices point into
+    writer: Writer | None = None  # authenticated (None: feedback auth off)
 
     def keyed(self, key: str, request_hash: str) -> FeedbackRequest:
         return replace(self, idempotency_key=key, request_hash=request_hash)
@@ -150,9 +159,12 @@ class OnlineQuality:
 class FeedbackRecorder:
     """Checks a feedback request, scores its configs, stores it, then counts it."""
 
-    def __init__(self, ranker: Ranker, events: FeedbackEvents) -> None:
+    def __init__(
+        self, ranker: Ranker, events: FeedbackEvents, quota: Quota | None = None
+    ) -> None:
         self.ranker = ranker
         self.events = events
+        self.quota = quota  # per writer; anonymous feedback (auth off) has none
         self.online = OnlineQuality()
 
     async def record(self, req: FeedbackRequest) -> FeedbackResult:
@@ -165,13 +177,27 @@ class FeedbackRecorder:
             raise InvalidRequest(
                 "give exactly one of graph_id, graph or hlo", "graph_id"
             )
+        if (req.ranking_id is not None) and req.config_indices is None:
+            raise InvalidRequest("ranking_id goes with config_indices", "ranking_id")
+        if req.config_indices is not None and req.ranking_id is None:
+            raise InvalidRequest(
+                "config_indices need the ranking_id of the rank answer they index",
+                "ranking_id",
+            )
+        target = req.target or runner.manifest.target
+        writer = req.writer
+        if writer is not None and not writer.may_write(target):
+            raise Forbidden(
+                f"writer {writer.name!r} may not write measurements for target "
+                f"{target!r} (it may write {', '.join(writer.targets or ())})",
+                "target",
+            )
         runtimes = self._runtimes(req.runtimes_ns)
         gid, configs, scores = await self._scored(runner, req)
         if len(configs) != len(runtimes):
             raise InvalidRequest(
                 f"{len(configs)} configs but {len(runtimes)} runtimes", "runtimes_ns"
             )
-        target = req.target or runner.manifest.target
         quality = measure(scores, runtimes)
         result = FeedbackResult(
             len(runtimes), runner.name, runner.version, gid, target, quality
@@ -183,6 +209,8 @@ class FeedbackRecorder:
             request_id=req.request_id, source="feedback",
             idempotency_key=req.idempotency_key, request_hash=req.request_hash,
             response=result.to_json(),
+            writer=None if writer is None else writer.name,
+            quota=None if writer is None else self.quota,
         )  # fmt: skip
         with anyio.CancelScope(shield=True):  # once committed, always counted
             added = await self._add(batch)
@@ -209,13 +237,15 @@ class FeedbackRecorder:
                 runner, gid, req.configs, "configs"
             )
         else:
-            configs, scores = await self._pick(runner, gid, req.config_indices or [])
+            configs, scores = await self._pick(
+                runner, gid, req.config_indices or [], str(req.ranking_id)
+            )
         return gid, configs, scores
 
     async def _add(self, batch: MeasurementBatch) -> AddResult:
         db = self.ranker.archive.db
         try:
-            return await db.run(lambda s: s.add_measurements(batch))
+            added = await db.run(lambda s: s.add_measurements(batch))
         except UnknownGraph:
             self.ranker.archive.forget(batch.graph_id)
             raise GraphNotFound(
@@ -226,9 +256,19 @@ class FeedbackRecorder:
             ) from None
         except StoreConflict as exc:
             raise IdempotencyConflict(str(exc), "Idempotency-Key") from None
+        except StoreQuotaExceeded as exc:
+            raise QuotaExceeded(str(exc), exc.retry_after_s) from None
         except StoreUnavailable as exc:
+            # The client hears what happened, not the driver's message (it may name
+            # hosts, users, databases); the log keeps it for the operator.
             self.events.store_error("add_measurements")
-            raise FeedbackUnavailable(f"feedback not stored: {exc}") from None
+            log.warning("feedback not stored", extra={"error": str(exc)})
+            raise FeedbackUnavailable(
+                "feedback not stored: the measurement database is unavailable; "
+                "retry later"
+            ) from None
+        self.ranker.knowledge.touch()  # this process knows its own writes at once
+        return added
 
     def _runtimes(self, values: Sequence[int]) -> npt.NDArray[np.int64]:
         if not values:
@@ -246,7 +286,7 @@ class FeedbackRecorder:
         return np.asarray(values, np.int64)
 
     async def _pick(
-        self, runner: ArtifactRunner, gid: str, indices: Sequence[int]
+        self, runner: ArtifactRunner, gid: str, indices: Sequence[int], ranking_id: str
     ) -> Scored:
         if not indices:
             raise InvalidRequest("no config indices given", "config_indices")
@@ -254,19 +294,20 @@ class FeedbackRecorder:
             raise InvalidRequest(
                 f"more than {self.ranker.limits.max_configs} indices", "config_indices"
             )
-        recalled = await self.ranker.recall(runner, gid)
+        recalled = await self.ranker.recall(runner, gid, ranking_id)
         if recalled is None:
             raise RankingNotFound(
-                f"no rank request for graph {gid} with {runner.name} v{runner.version} "
-                "is remembered (they are kept best-effort: in Redis when the service "
-                "has one, else per process); send the configs instead",
-                "config_indices",
+                f"ranking {ranking_id} of graph {gid} with {runner.name} "
+                f"v{runner.version} is not remembered (rankings are kept best-effort "
+                "for a day: in Redis when the service has one, else per process); "
+                "send the configs instead",
+                "ranking_id",
             )
         configs, scores = recalled
         for i, index in enumerate(indices):
             if not 0 <= index < len(scores):
                 raise InvalidRequest(
-                    f"index {index} is out of range: the last rank request had "
+                    f"index {index} is out of range: ranking {ranking_id} had "
                     f"{len(scores)} configs",
                     f"config_indices[{i}]",
                 )

@@ -5,21 +5,30 @@ and the client), so the graph_id equals that of the same module sent as arrays a
 shares its cached embedding. Which nodes are configurable follows the model's
 collection: none for one configured by one row (tile, xla_cpu); for a per-node one
 (layout) every convolution, dot and reshape (the TpuGraphs rule) unless the request
-names them. CPU-bound: call it in a thread.
+names them. CPU-bound: call it in a thread (the ranker's bounded pool).
+
+Bounded before any parsing: ``check_hlo_size`` (on the loop, O(1)) refuses text over
+``max_hlo_bytes`` characters, and ``featurize_graph`` first counts the instruction
+lines with one regular-expression pass (``max_hlo_instructions``), so a huge module
+costs a scan, never a parse.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from xla_costmodel.service.core.graph_meta import GraphMeta
 from xla_costmodel.service.core.inputs import Limits, RawGraph, build_graph
-from xla_costmodel.service.errors import InvalidRequest
+from xla_costmodel.service.errors import InvalidRequest, PayloadTooLarge
 from xla_costmodel.tpugraphs.arrays import Graph
 from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.hlo import HloParseError, featurize_hlo
 from xla_costmodel.tpugraphs.hlo.featurize import Configurable
+
+# An instruction line as the parser reads one (``tpugraphs/hlo/parser.py``).
+_INSTRUCTION = re.compile(r"^[ \t]*(?:ROOT[ \t]+)?%?[A-Za-z0-9_.\-]+[ \t]*=", re.M)
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,14 @@ def featurize_graph(
     src: HloText, collection: str, limits: Limits
 ) -> tuple[Graph, str, GraphMeta | None]:
     """Featurize and validate; ``InvalidRequest`` names the line or the field."""
+    check_hlo_size(src, limits)
+    count = sum(1 for _ in _INSTRUCTION.finditer(src.text))
+    if count > limits.max_hlo_instructions:
+        raise InvalidRequest(
+            f"the module has {count} instructions, more than "
+            f"{limits.max_hlo_instructions} (COSTMODEL_MAX_HLO_INSTRUCTIONS)",
+            src.field,
+        )
     rule = _rule(src, collection)
     try:
         hlo = featurize_hlo(src.text, rule)
@@ -68,6 +85,17 @@ def featurize_graph(
     ranks = tuple(tuple(r) for r in hlo.config_tensor_ranks or ())
     meta = GraphMeta(tuple(int(i) for i in ids), names, ranks or None)
     return graph, gid, meta
+
+
+def check_hlo_size(src: HloText, limits: Limits) -> None:
+    """``PayloadTooLarge`` for text over ``max_hlo_bytes`` characters (bytes, as HLO
+    is ASCII); cheap enough for the event loop."""
+    if len(src.text) > limits.max_hlo_bytes:
+        raise PayloadTooLarge(
+            f"HLO text of {len(src.text)} characters, more than "
+            f"{limits.max_hlo_bytes} (COSTMODEL_MAX_HLO_BYTES)",
+            src.field,
+        )
 
 
 def _rule(src: HloText, collection: str) -> Configurable:

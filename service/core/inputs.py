@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from xla_costmodel.manifest import TensorSpec
 from xla_costmodel.runner import ArtifactRunner, Embedding
-from xla_costmodel.service.errors import InvalidRequest
+from xla_costmodel.service.errors import InvalidRequest, PayloadTooLarge
 from xla_costmodel.tpugraphs.arrays import Graph, make_graph
 from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.errors import GraphFormatError
@@ -33,6 +33,9 @@ class Limits:
     max_nodes: int
     max_edges: int
     max_configs: int
+    max_hlo_bytes: int = 16 << 20  # characters of HLO text
+    max_hlo_instructions: int = 200_000
+    max_scored_bytes: int = 256 << 20  # the float32 copy of one request's configs
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,12 @@ def check_configs(
         raise InvalidRequest("no configs given", field)
     if arr.shape[0] > limits.max_configs:
         raise InvalidRequest(f"more than {limits.max_configs} configs", field)
+    if arr.size * 4 > limits.max_scored_bytes:  # as_float32's copy, before it is made
+        raise PayloadTooLarge(
+            f"{arr.size} config values are {arr.size * 4} bytes as float32, more "
+            f"than {limits.max_scored_bytes} (COSTMODEL_MAX_SCORED_BYTES)",
+            field,
+        )
     want = _expected_shape(spec, runner, embedding)
     if graph is not None and graph.node_config_ids is not None and len(want) == 3:
         want[1] = graph.num_configurable  # [C, NC, 18]: one row per configurable node

@@ -6,7 +6,8 @@ scored on the loop: quicker than the hop); the loop otherwise checks shapes, loo
 and sorts.
 
 The configs and scores of recent rank requests are remembered per (model, version,
-graph_id), so feedback may name configs by index: in Redis when configured (shared by
+graph_id, ranking_id), so feedback may name configs by index into the answer it
+means (two tuners ranking one graph never mix their batches): in Redis when configured (shared by
 workers and replicas), else in a byte-bounded per-process LRU
 (``xla_costmodel.service.core.recent``). Best-effort either way.
 """
@@ -14,6 +15,7 @@ workers and replicas), else in a byte-bounded per-process LRU
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -24,11 +26,11 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner, Embedding
-from xla_costmodel.service.core.adaptation import Adaptation
+from xla_costmodel.service.core.adaptation import Adaptation, Observed
 from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache, Source
 from xla_costmodel.service.core.graph_archive import GraphArchive
 from xla_costmodel.service.core.graph_meta import GraphMeta
-from xla_costmodel.service.core.hlo import HloText, featurize_graph
+from xla_costmodel.service.core.hlo import HloText, check_hlo_size, featurize_graph
 from xla_costmodel.service.core.inputs import (
     INLINE_BYTES,
     Limits,
@@ -37,6 +39,8 @@ from xla_costmodel.service.core.inputs import (
     build_graph,
     check_configs,
 )
+from xla_costmodel.service.core.knowledge import Entry as KnowledgeEntry
+from xla_costmodel.service.core.knowledge import TargetKnowledge
 from xla_costmodel.service.core.raw_configs import RawConfigs, encode_raw
 from xla_costmodel.service.core.recent import RecentRankings
 from xla_costmodel.service.core.registry import ModelRegistry
@@ -47,6 +51,7 @@ from xla_costmodel.service.errors import (
 )
 from xla_costmodel.service.store import StoreError
 from xla_costmodel.tpugraphs.arrays import Graph
+from xla_costmodel.tpugraphs.blend import Blended, Fit, Measured, blend, fit_now
 
 T = TypeVar("T")
 # (configs, scores); configs in their wire dtype (int8 layout batches stay 4x smaller)
@@ -78,6 +83,7 @@ class RankRequest:
     top_k: int | None = None
     target: str | None = None  # hardware to adapt to; default: the model's
     adapt: bool = True  # False: the model's prior alone
+    portfolio: bool = False  # also answer the exploration order (blend.py)
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,19 @@ class RankResult:
     ranking: npt.NDArray[np.int64]  # all indices, best first, ties by index
     top_k: npt.NDArray[np.int64]
     adapted: int = 0  # measurements of this graph that shaped the scores; 0: prior only
+    ranking_id: str = ""  # names this answer's batch for feedback by config_indices
+    portfolio: npt.NDArray[np.int64] | None = None  # every index, exploration order
+    shaped: Shaping | None = None  # what else shaped the scores (None: the prior)
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """Besides this graph's measurements: the target's knowledge and the prior."""
+
+    target_programs: int  # programs of the target (and, foreign, of others) it holds
+    target_measurements: int
+    knowledge_weight: float  # its share of the combined prior
+    prior_weight: float  # the artifact's weight: 1, less if not trained on the target
 
 
 class Ranker:
@@ -112,6 +131,7 @@ class Ranker:
         chunk_rows: int,
         archive: GraphArchive,
         adaptation: Adaptation,
+        knowledge: TargetKnowledge,
         recent_bytes: int = 16 << 20,
         shared_bytes: int = 0,  # of a batch remembered in Redis too; 0: none
     ) -> None:
@@ -119,6 +139,7 @@ class Ranker:
         self.cache = cache
         self.archive = archive
         self.adaptation = adaptation
+        self.knowledge = knowledge
         self.limits = limits
         self.events = events
         self.chunk_rows = chunk_rows
@@ -164,24 +185,76 @@ class Ranker:
         configs, scores = await self._scored(
             runner, embedding, checked, req.configs_field
         )
-        adapted = 0
-        if req.adapt:
-
-            async def prior(other: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-                _, s = await self._run(self._score, runner, embedding, other, "", False)
-                return s
-
+        adapted, portfolio, shaping = 0, None, None
+        if req.adapt or req.portfolio:
             target = req.target or runner.manifest.target
-            scores, adapted = await self.adaptation.adapt(
-                runner, target, gid, configs, scores, prior
-            )
+            observed = entry = None
+            if req.adapt:
+                observed = await self.adaptation.observed(runner, target, gid)
+                entry = self.knowledge.get(runner, target)
+                if (
+                    observed is not None
+                    and observed.configs.shape[1:] != configs.shape[1:]
+                ):
+                    observed = None  # measured with another configurable-node count
+            if observed is not None or entry is not None or req.portfolio:
+                shaped = await self._run(
+                    self._blend, runner, embedding, configs, scores, target, gid,
+                    observed, entry, req.portfolio,
+                )  # fmt: skip
+                scores, adapted, portfolio = (
+                    shaped.scores,
+                    shaped.adapted,
+                    shaped.portfolio,
+                )
+                shaping = Shaping(shaped.target_programs, shaped.target_measurements,
+                                  shaped.knowledge_weight, shaped.prior_weight)  # fmt: skip
+            self.adaptation.events.ranking_adapted(runner.name, adapted > 0)
         # Remember the batch as it came (int8 for layout), not its float32 copy.
-        await self.recent.remember((runner.name, runner.version, gid), checked, scores)
+        ranking_id = uuid.uuid4().hex
+        key = (runner.name, runner.version, gid, ranking_id)
+        await self.recent.remember(key, checked, scores)
         ranking = stable_order(scores)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(
             runner.name, runner.version, gid, source, scores, ranking, ranking[:k],
-            adapted,
+            adapted, ranking_id, portfolio, shaping,
+        )  # fmt: skip
+
+    def _blend(
+        self,
+        runner: ArtifactRunner,
+        embedding: Embedding,
+        configs: npt.NDArray[np.float32],
+        prior: npt.NDArray[np.float32],
+        target: str,
+        gid: str,
+        observed: Observed | None,
+        entry: KnowledgeEntry | None,
+        portfolio: bool,
+    ) -> Blended:
+        """``tpugraphs.blend`` in a worker thread: the fleet simulation runs the same
+        function, so it measures what the service does."""
+
+        def prior_of(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+            return self._score(runner, embedding, rows, "", False)[1]
+
+        measured: Measured | None = None
+        fit: Fit = fit_now
+        if observed is not None:
+            measured = Measured(
+                observed.configs,
+                observed.runtimes_ns.astype(np.float64),
+                observed.distinct,
+            )
+            tag = (None if entry is None else entry.version,)
+            fit = self.adaptation.fitter(runner, target, gid, observed, tag)
+        return blend(
+            configs, prior, None if entry is None else entry.knowledge,
+            self.knowledge.summary(gid), measured,
+            foreign=not runner.manifest.trained_on(target), prior_of=prior_of, fit=fit,
+            min_measurements=self.adaptation.min_measurements, portfolio=portfolio,
+            exclude=gid,
         )  # fmt: skip
 
     async def score(
@@ -192,9 +265,11 @@ class Ranker:
         checked = check_configs(value, runner, embedding, field, self.limits)
         return await self._run(self._score, runner, embedding, checked, field, False)
 
-    async def recall(self, runner: ArtifactRunner, gid: str) -> Scored | None:
-        """The configs and scores of the latest remembered rank request for the graph."""
-        return await self.recent.recall((runner.name, runner.version, gid))
+    async def recall(
+        self, runner: ArtifactRunner, gid: str, ranking_id: str
+    ) -> Scored | None:
+        """The configs and scores of a remembered rank answer of the graph."""
+        return await self.recent.recall((runner.name, runner.version, gid, ranking_id))
 
     async def graph(
         self, raw: RawGraph | HloText, runner: ArtifactRunner
@@ -203,7 +278,9 @@ class Ranker:
         archive it in the measurement database on first sight (best-effort)."""
         meta: GraphMeta | None
         if isinstance(raw, HloText):
-            graph, gid, meta = await anyio.to_thread.run_sync(
+            check_hlo_size(raw, self.limits)
+            # In the bounded pool: pure Python, seconds for a big module.
+            graph, gid, meta = await self._run(
                 featurize_graph, raw, runner.collection, self.limits
             )
         else:
@@ -215,6 +292,8 @@ class Ranker:
             meta = GraphMeta.of_graph(graph)
         if meta is not None:
             await self.cache.meta.remember(gid, meta)
+        if runner.manifest.spec.default_config is not None:  # knowledge needs one
+            self.knowledge.remember(gid, graph.node_opcode)
         await self.archive.keep(gid, runner.collection, graph)
         return graph, gid
 
@@ -242,7 +321,7 @@ class Ranker:
             return await self._run(self._encode, runner, graph)
 
         key = CacheKey(runner.name, runner.version, gid)
-        return await self.cache.get_or_compute(key, runner.embedding_names, compute)
+        return await self.cache.get_or_compute(key, runner.embedding_shapes, compute)
 
     async def _known(
         self, runner: ArtifactRunner, gid: str
@@ -269,7 +348,7 @@ class Ranker:
         self, runner: ArtifactRunner, gid: str
     ) -> tuple[Embedding, Source]:
         key = CacheKey(runner.name, runner.version, gid)
-        found = await self.cache.lookup(key, runner.embedding_names)
+        found = await self.cache.lookup(key, runner.embedding_shapes)
         if found is None:
             raise GraphNotFound(
                 f"graph {gid} is not cached for {runner.name} v{runner.version}; "

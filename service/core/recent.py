@@ -1,17 +1,18 @@
-"""Remembered rankings: the configs and scores of the latest rank request per (model,
-version, graph_id), so feedback may name configs by index.
+"""Remembered rankings: the configs and scores of each rank answer, per (model,
+version, graph_id, ranking_id), so feedback may name configs by index into the
+answer it means.
 
     RecentRankings.remember(key, configs, scores)
     RecentRankings.recall(key) -> (configs, scores) | None
 
-With Redis configured they live under ``costmodel:recent:v1:<model>:<version>:<gid>``
-(raw arrays behind a small JSON header, nothing pickled), so feedback reaching
-another worker or replica than the ranking finds them, and Redis is read first:
-another worker may have ranked the graph more recently than this one. The in-process
-LRU is the fallback for no Redis, a Redis failure (a miss, a log line and a metric,
-never an error) and batches too large to share; a batch Redis did not take is
-marked, and recalled from memory before Redis, since Redis holds an older one at
-best. Best-effort either way.
+Every answer has its own random ``ranking_id``, so two tuners ranking the same graph
+never read each other's batch. With Redis configured a batch also lives under
+``costmodel:recent:v2:<model>:<version>:<gid>:<ranking_id>`` (raw arrays behind a
+small JSON header, nothing pickled), so feedback reaching another worker or replica
+than the ranking finds it. A key names one batch forever, so memory is read first
+and Redis second. The in-process LRU alone serves no Redis, a Redis failure (a miss,
+a log line and a metric, never an error) and batches too large to share.
+Best-effort either way: an evicted or expired one is 409 ``ranking_not_found``.
 """
 
 from __future__ import annotations
@@ -35,12 +36,11 @@ if TYPE_CHECKING:
     from xla_costmodel.service.core.cache import CacheEvents
 
 log = logging.getLogger(__name__)
-Key = tuple[str, str, str]  # model, version, graph_id
+Key = tuple[str, str, str, str]  # model, version, graph_id, ranking_id
 Scored = tuple[np.ndarray[Any, Any], npt.NDArray[np.float32]]
 # Feedback follows its ranking within minutes to hours (an autotuner measures, then
 # reports); a day bounds what Redis holds for rankings nobody reports on.
 TTL_S = 24 * 3600
-LOCAL = "local"  # marks a memory entry that Redis does not hold
 MAGIC = b"CMRANK1\n"
 _LEN = struct.Struct("<I")
 # Config dtypes as ``check_configs`` passes them on (int8 layout batches, floats).
@@ -65,37 +65,25 @@ class RecentRankings:
     async def remember(
         self, key: Key, configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]
     ) -> None:
-        entry = {"c": configs, "s": scores}
-        self.memory.put(key, entry)
+        self.memory.put(key, {"c": configs, "s": scores})
         if self.redis is None or self.memory.max_bytes == 0:
             return
         size = configs.nbytes + scores.nbytes
         shareable = size <= min(self.shared_bytes, self.memory.max_bytes) and (
             configs.dtype.newbyteorder("<").str in DTYPES
         )
+        if not shareable or not self.redis.available:  # too big, or cooling down
+            return
         try:
-            if not self.redis.available:  # cooling down after a failure
-                shareable = False
-            elif shareable:
-                blob = dumps(configs, scores)
-                await self.redis.set(recent_key(*key), blob, ttl_s=TTL_S)
-            else:  # an older batch in Redis must not answer for this one elsewhere
-                await self.redis.delete(recent_key(*key))
+            await self.redis.set(recent_key(*key), dumps(configs, scores), ttl_s=TTL_S)
         except StoreUnavailable as exc:
-            shareable = False
             self._failed("recent_set", key, exc)
-        if not shareable:
-            # Here this batch is newer than whatever Redis holds: recall prefers it.
-            # (An empty marker array: it is evicted with its entry, costs no bytes.)
-            self.memory.put(key, {**entry, LOCAL: np.empty(0, np.int8)})
 
     async def recall(self, key: Key) -> Scored | None:
         found = self.memory.get(key)
-        if found is None or LOCAL not in found:
-            shared = await self._from_redis(key)
-            if shared is not None:
-                return shared
-        return None if found is None else (found["c"], found["s"])
+        if found is not None:
+            return found["c"], found["s"]
+        return await self._from_redis(key)
 
     async def _from_redis(self, key: Key) -> Scored | None:
         if self.redis is None or not self.redis.available:

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 KEY_PREFIX = "costmodel:emb"
 META_PREFIX = "costmodel:meta:v1"
-RECENT_PREFIX = "costmodel:recent:v1"
+RECENT_PREFIX = "costmodel:recent:v2"
 
 
 class StoreUnavailable(Exception):
@@ -34,9 +34,10 @@ def meta_key(graph_id: str) -> str:
     return f"{META_PREFIX}:{graph_id}"
 
 
-def recent_key(model: str, version: str, graph_id: str) -> str:
-    """``costmodel:recent:v1:<model>:<version>:<graph_id>``: the latest ranking's batch."""
-    return f"{RECENT_PREFIX}:{model}:{version}:{graph_id}"
+def recent_key(model: str, version: str, graph_id: str, ranking_id: str) -> str:
+    """``costmodel:recent:v2:<model>:<version>:<graph_id>:<ranking_id>``: one rank
+    answer's batch."""
+    return f"{RECENT_PREFIX}:{model}:{version}:{graph_id}:{ranking_id}"
 
 
 def connect(url: str, timeout_s: float, connect_timeout_s: float) -> Redis:

@@ -109,6 +109,10 @@ class ModelRegistry:
     def slots(self) -> list[ModelSlot]:
         return list(self._slots.values())
 
+    def loaded(self) -> list[ArtifactRunner]:
+        """Every loaded version of every model."""
+        return [r for slot in self._slots.values() for r in slot.versions.values()]
+
     def get(self, name: str, version: str | None = None) -> ArtifactRunner:
         """The runner to use for one request; hold on to it for the whole request."""
         slot = self._slots.get(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from xla_costmodel.service.routes import feedback, graphs, health, models, rank
+from xla_costmodel.service.routes import feedback, graphs, health, models, rank, targets
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -12,4 +12,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     graphs.router,
     rank.router,
     feedback.router,
+    targets.router,
 )

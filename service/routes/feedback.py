@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import ValidationError
@@ -17,7 +18,7 @@ from xla_costmodel.service.codecs import (
 )
 from xla_costmodel.service.core.feedback import FeedbackRequest
 from xla_costmodel.service.core.inputs import config_array
-from xla_costmodel.service.deps import FeedbackDep, SettingsDep
+from xla_costmodel.service.deps import FeedbackDep, SettingsDep, WriterDep
 from xla_costmodel.service.errors import InvalidRequest, UnsupportedMediaType
 from xla_costmodel.service.logs import request_id
 from xla_costmodel.service.schemas import (
@@ -41,7 +42,7 @@ REPLAYED_HEADER = {
     response_model=FeedbackOut,
     responses={
         200: {"headers": {"Idempotent-Replayed": REPLAYED_HEADER}},
-        **error_responses(400, 404, 409, 413, 415, 422, 503),
+        **error_responses(400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 503),
     },
     openapi_extra=json_only_body(FeedbackIn),
 )
@@ -50,6 +51,7 @@ async def feedback(
     response: Response,
     recorder: FeedbackDep,
     settings: SettingsDep,
+    writer: WriterDep,
     idempotency_key: str | None = Header(
         None,
         alias="Idempotency-Key",
@@ -73,6 +75,7 @@ async def feedback(
     if idempotency_key is not None:
         digest = hashlib.sha256(body).hexdigest()
         req = req.keyed(idempotency_key, digest)
+    req = replace(req, writer=writer)
     r = await recorder.record(req)
     if r.replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -98,5 +101,5 @@ def _decode(body: bytes, content_type: str | None, rid: str | None) -> FeedbackR
     configs = None if req.configs is None else config_array(req.configs, "configs")
     return FeedbackRequest(
         req.model, req.model_version, req.graph_id, configs, req.config_indices,
-        req.runtimes_ns, rid, graph, req.target,
+        req.runtimes_ns, rid, graph, req.target, ranking_id=req.ranking_id,
     )  # fmt: skip

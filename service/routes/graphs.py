@@ -21,7 +21,7 @@ router = APIRouter(prefix="/v1", tags=["ranking"])
 @router.put(
     "/graphs",
     response_model=GraphOut,
-    responses=error_responses(400, 404, 409, 413, 415, 422, 503),
+    responses=error_responses(400, 404, 408, 409, 413, 415, 422, 503),
     openapi_extra=binary_body(GraphIn, hlo=True),
 )
 async def put_graph(

@@ -34,8 +34,9 @@ _NPZ_ANSWER: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
         "description": "JSON, or with Accept: application/x-npz an npz of ranking, "
-        "scores, top_k and X-Model/X-Model-Version/X-Cache/X-Graph-ID/X-Adapted "
-        "headers",
+        "scores, top_k (and portfolio, when asked) and X-Model/X-Model-Version/X-Cache/"
+        "X-Graph-ID/X-Adapted/X-Ranking-ID/X-Target-Programs/X-Target-Measurements/"
+        "X-Knowledge-Weight/X-Prior-Weight headers",
         "headers": RANK_NPZ_HEADERS,
     }
 }
@@ -44,7 +45,10 @@ _NPZ_ANSWER: dict[int | str, dict[str, Any]] = {
 @router.post(
     "/rank",
     response_model=RankOut,
-    responses={**_NPZ_ANSWER, **error_responses(400, 404, 409, 413, 415, 422, 503)},
+    responses={
+        **_NPZ_ANSWER,
+        **error_responses(400, 404, 408, 409, 413, 415, 422, 503),
+    },
     openapi_extra=binary_body(RankIn),
 )
 async def rank(
@@ -61,10 +65,13 @@ async def rank(
     adapt: bool | None = Query(
         None, description="false: the model's prior alone (any body)"
     ),
+    portfolio: bool | None = Query(None, description="npz bodies"),
 ) -> Response:
     """Score configs (JSON or npz body); ``ranking`` lists all indices, best first."""
     body = await read_body(request, settings.max_body_bytes)
-    params = Params(model, model_version, graph_id, top_k, None, target, adapt)
+    params = Params(
+        model, model_version, graph_id, top_k, None, target, adapt, portfolio
+    )
     content_type = request.headers.get("content-type")
     req = await parse(
         decode_rank, body, content_type, params, settings.max_decoded_bytes
@@ -85,8 +92,11 @@ def _json_answer(r: RankResult) -> Response:
     top_k = ranking if len(r.top_k) == len(ranking) else ranking[: len(r.top_k)]
     answer = {
         "model": r.model, "model_version": r.model_version, "graph_id": r.graph_id,
-        "cache": r.cache, "adapted": r.adapted, "ranking": ranking,
+        "cache": r.cache, "adapted": r.adapted, "ranking_id": r.ranking_id,
+        "ranking": ranking,
         "scores": r.scores.tolist(), "top_k": top_k,
+        **_shaping(r),
+        "portfolio": None if r.portfolio is None else r.portfolio.tolist(),
     }  # fmt: skip
     return Response(pydantic_core.to_json(answer), media_type="application/json")
 
@@ -98,6 +108,19 @@ def _npz_answer(r: RankResult) -> Response:
         "X-Cache": r.cache,
         "X-Graph-ID": r.graph_id,
         "X-Adapted": str(r.adapted),
+        "X-Ranking-ID": r.ranking_id,
+        **{f"X-{k.replace('_', '-').title()}": str(v) for k, v in _shaping(r).items()},
     }
-    content = encode_rank_npz(r.ranking, r.scores, r.top_k)
+    content = encode_rank_npz(r.ranking, r.scores, r.top_k, r.portfolio)
     return Response(content, media_type=NPZ_MEDIA_TYPE, headers=headers)
+
+
+def _shaping(r: RankResult) -> dict[str, int | float]:
+    """What shaped the scores besides the graph's own measurements (``adapted``)."""
+    s = r.shaped
+    return {
+        "target_programs": 0 if s is None else s.target_programs,
+        "target_measurements": 0 if s is None else s.target_measurements,
+        "knowledge_weight": 0.0 if s is None else round(s.knowledge_weight, 4),
+        "prior_weight": 1.0 if s is None else s.prior_weight,
+    }

@@ -15,9 +15,16 @@ from xla_costmodel.service.store.records import (
     AddResult,
     Measured,
     MeasurementBatch,
+    Quota,
     StoredGraph,
 )
 from xla_costmodel.service.store.store import MeasurementStore
+from xla_costmodel.service.store.writers import (
+    QuotaExceeded,
+    UnknownWriter,
+    Writer,
+    WriterExists,
+)
 
 __all__ = [
     "AddResult",
@@ -25,9 +32,14 @@ __all__ = [
     "Measured",
     "MeasurementBatch",
     "MeasurementStore",
+    "Quota",
+    "QuotaExceeded",
     "StoreError",
     "StoreUnavailable",
     "StoredGraph",
     "UnknownGraph",
+    "UnknownWriter",
+    "Writer",
+    "WriterExists",
     "default_sqlite_url",
 ]

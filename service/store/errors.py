@@ -4,7 +4,8 @@
      ├── StoreUnavailable       unreachable, locked too long, full, read-only, schema
      │                          newer than this code: try again later / elsewhere
      ├── IdempotencyConflict    an idempotency key resent with a different request
-     └── UnknownGraph           measurements for a graph that was never saved
+     ├── UnknownGraph           measurements for a graph that was never saved
+     └── (writers.py) WriterExists, UnknownWriter, QuotaExceeded
 
 SQLAlchemy and DB-API exceptions never leave the store: ``translated`` turns them into
 the tree above with a one-line message (no SQL, no parameters), the original chained

@@ -55,14 +55,16 @@ def export_dataset(
     out: Path,
     collection: str | None = None,
     target: str | None = None,
+    writer: str | None = None,
 ) -> Iterator[ExportedFile | Skipped]:
-    """Write one npz per measured (collection, target, graph); yields what it did."""
-    for coll, tgt, graph_id in store.keys(collection, target):
+    """Write one npz per measured (collection, target, graph); yields what it did.
+    With ``writer``, only the measurements that writer stored."""
+    for coll, tgt, graph_id in store.keys(collection, target, writer):
         graph = store.load_graph(graph_id)
         if graph is None:  # unreachable with the foreign key; kept for clarity
             yield Skipped(coll, tgt, graph_id, "graph not stored")
             continue
-        measured = store.measurements(coll, tgt, graph_id)
+        measured = store.measurements(coll, tgt, graph_id, writer=writer)
         try:
             arrays, configs = dataset_arrays(graph, measured, coll)
         except ValueError as exc:  # UnknownCollection too

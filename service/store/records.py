@@ -19,7 +19,16 @@ MAX_LENGTHS = {
     "request_id": 128,
     "idempotency_key": 200,
     "request_hash": 64,
+    "writer": 64,
 }
+
+
+@dataclass(frozen=True)
+class Quota:
+    """At most ``rows`` measurements per writer in any ``window_s`` seconds."""
+
+    rows: int
+    window_s: int
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ class MeasurementBatch:
     idempotency_key: str | None = None
     request_hash: str | None = None
     response: dict[str, Any] | None = None
+    writer: str | None = None  # who stored it (None: feedback auth off, or import)
+    quota: Quota | None = None  # the writer's, checked in the storing transaction
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first thing wrong with the batch."""
@@ -85,6 +96,7 @@ class Measured:
     runtimes_ns: np.ndarray[Any, Any]  # int64 [N]
     scores: np.ndarray[Any, Any]  # float32 [N], NaN where none
     ids: np.ndarray[Any, Any]  # int64 [N]
+    writers: tuple[str | None, ...] = ()  # per row, when asked for
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])

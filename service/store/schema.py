@@ -90,10 +90,22 @@ measurements = Table(
     Column("score", Float, nullable=True),
     Column("request_id", String(128), nullable=True),
     Column("source", String(16), nullable=False),
+    Column("writer", String(64), nullable=True),  # writers.name; NULL: no auth
     CheckConstraint("source IN ('feedback', 'import')", name="source"),
     CheckConstraint("runtime_ns > 0", name="runtime_positive"),
     Index("ix_measurements_key", "collection", "target", "graph_id", "id"),
+    Index("ix_measurements_writer", "writer", "time"),
     sqlite_autoincrement=True,  # ids never reused: id order is insertion order
+)
+
+writers = Table(
+    "writers",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),  # sha256 hex
+    Column("targets", Text, nullable=True),  # JSON list; NULL: any target
+    Column("created", UTCDateTime, nullable=False),
+    Column("revoked", UTCDateTime, nullable=True),
 )
 
 feedback_keys = Table(

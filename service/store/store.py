@@ -11,11 +11,12 @@ import json
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, Table, func, select
+from sqlalchemy import Connection, Engine, Select, Table, delete, exists, func, select
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
@@ -35,6 +36,8 @@ from xla_costmodel.service.store.records import (
     StoredGraph,
 )
 from xla_costmodel.service.store.schema import feedback_keys, graphs, measurements
+from xla_costmodel.service.store.summary import GraphSummary, graph_summaries
+from xla_costmodel.service.store.writers import WriterTable, check_quota
 
 
 class MeasurementStore:
@@ -44,6 +47,7 @@ class MeasurementStore:
         self._engine = engine
         self._writer = engine.execution_options(**{WRITE: True})
         self._dialect = engine.dialect.name
+        self.writers = WriterTable(self._transaction)
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True) -> MeasurementStore:
@@ -127,6 +131,8 @@ class MeasurementStore:
                     return seen
             if not _graph_exists(conn, batch.graph_id):
                 raise UnknownGraph(f"graph {batch.graph_id} is not stored")
+            if batch.quota is not None and batch.writer is not None:
+                check_quota(conn, batch.writer, len(rows), batch.quota)
             if batch.idempotency_key is not None:
                 key_row = {
                     "key": batch.idempotency_key,
@@ -142,7 +148,10 @@ class MeasurementStore:
                     if seen is None:
                         raise StoreError("idempotency key vanished during a race")
                     return seen
-            conn.execute(measurements.insert(), rows)
+            try:
+                conn.execute(measurements.insert(), rows)
+            except sa_exc.IntegrityError:  # the graph was pruned since the check
+                raise UnknownGraph(f"graph {batch.graph_id} is not stored") from None
         return AddResult(stored=len(rows), duplicate=False, response=None)
 
     def generation(
@@ -159,23 +168,30 @@ class MeasurementStore:
         return int(count), int(top)
 
     def measurements(
-        self, collection: str, target: str, graph_id: str, limit: int | None = None
+        self,
+        collection: str,
+        target: str,
+        graph_id: str,
+        limit: int | None = None,
+        writer: str | None = None,
     ) -> Measured:
-        """The measurements of a key in id order; with ``limit``, the newest ones."""
+        """The measurements of a key in id order; with ``limit``, the newest ``limit``
+        of each writer (so one writer's flood cannot push the others' rows out);
+        with ``writer``, that writer's only."""
         m = measurements.c
-        query = (
-            select(
-                m.id, m.config, m.config_dtype, m.config_shape, m.runtime_ns, m.score
-            )
-            .where(
-                m.collection == collection, m.target == target, m.graph_id == graph_id
-            )
-            .order_by(m.id.desc())
-        )
+        columns = (m.id, m.config, m.config_dtype, m.config_shape, m.runtime_ns,
+                   m.score, m.writer)  # fmt: skip
+        where = [m.collection == collection, m.target == target, m.graph_id == graph_id]
+        if writer is not None:
+            where.append(m.writer == writer)
+        query: Select[Any] = select(*columns).where(*where).order_by(m.id)
         if limit is not None:
-            query = query.limit(max(0, limit))
+            newest = func.row_number().over(partition_by=m.writer, order_by=m.id.desc())
+            sub = select(*columns, newest.label("newest")).where(*where).subquery()
+            query = select(*(sub.c[c.name] for c in columns))
+            query = query.where(sub.c.newest <= max(0, limit)).order_by(sub.c.id)
         with self._transaction("reading measurements") as conn:
-            rows = list(reversed(conn.execute(query).all()))
+            rows = conn.execute(query).all()
         configs = codec.decode_configs(
             [bytes(r.config) for r in rows],
             [r.config_dtype for r in rows],
@@ -187,10 +203,47 @@ class MeasurementStore:
             runtimes_ns=np.array([r.runtime_ns for r in rows], dtype=np.int64),
             scores=np.array(scores, dtype=np.float32),
             ids=np.array([r.id for r in rows], dtype=np.int64),
+            writers=tuple(r.writer for r in rows),
         )
 
+    def target_generation(self, collection: str, target: str) -> tuple[int, int]:
+        """(count, max id) of every measurement of a (collection, target): changes
+        whenever one is added or purged; what target knowledge is tagged with."""
+        m = measurements.c
+        query = select(func.count(), func.coalesce(func.max(m.id), 0)).where(
+            m.collection == collection, m.target == target
+        )
+        with self._transaction("reading measurements") as conn:
+            count, top = conn.execute(query).one()
+        return int(count), int(top)
+
+    def target_measurements(
+        self, collection: str, target: str, limit: int
+    ) -> dict[str, Measured]:
+        """The newest ``limit`` measurements of a (collection, target), per graph
+        (each graph's rows in id order); one query."""
+        m = measurements.c
+        query = (
+            select(
+                m.id, m.graph_id, m.config, m.config_dtype, m.config_shape,
+                m.runtime_ns, m.score, m.writer,
+            )
+            .where(m.collection == collection, m.target == target)
+            .order_by(m.id.desc())
+            .limit(max(0, limit))
+        )  # fmt: skip
+        with self._transaction("reading measurements") as conn:
+            rows = list(reversed(conn.execute(query).all()))
+        by_graph: dict[str, list[Any]] = {}
+        for r in rows:
+            by_graph.setdefault(r.graph_id, []).append(r)
+        return {gid: _measured(group) for gid, group in by_graph.items()}
+
     def keys(
-        self, collection: str | None = None, target: str | None = None
+        self,
+        collection: str | None = None,
+        target: str | None = None,
+        writer: str | None = None,
     ) -> list[tuple[str, str, str]]:
         """Distinct (collection, target, graph_id) that have measurements, sorted."""
         m = measurements.c
@@ -199,9 +252,35 @@ class MeasurementStore:
             query = query.where(m.collection == collection)
         if target is not None:
             query = query.where(m.target == target)
+        if writer is not None:
+            query = query.where(m.writer == writer)
         query = query.order_by(m.collection, m.target, m.graph_id)
         with self._transaction("listing measurements") as conn:
             return [(r[0], r[1], r[2]) for r in conn.execute(query)]
+
+    def graph_summaries(self) -> list[GraphSummary]:
+        """Per (model, collection, target, graph): measurements, fastest runtime,
+        fastest of the default config (``summary.py``); one aggregate query."""
+        with self._transaction("summarising measurements") as conn:
+            return graph_summaries(conn)
+
+    def prune(self, graph_age_s: int, key_age_s: int) -> tuple[int, int]:
+        """Delete graphs nobody measured, first seen over ``graph_age_s`` ago, and
+        idempotency keys older than ``key_age_s`` (0: keep); (graphs, keys) deleted."""
+        now, pruned = datetime.now(UTC), [0, 0]
+        unmeasured = ~exists().where(measurements.c.graph_id == graphs.c.graph_id)
+        jobs = (
+            (graph_age_s, delete(graphs), graphs.c.first_seen, unmeasured),
+            (key_age_s, delete(feedback_keys), feedback_keys.c.created, None),
+        )
+        with self._transaction("pruning", write=True) as conn:
+            for i, (age, query, seen, extra) in enumerate(jobs):
+                if age > 0:
+                    query = query.where(seen < now - timedelta(seconds=age))
+                    if extra is not None:
+                        query = query.where(extra)
+                    pruned[i] = int(conn.execute(query).rowcount or 0)
+        return pruned[0], pruned[1]
 
     @contextmanager
     def _transaction(self, action: str, *, write: bool = False) -> Iterator[Connection]:
@@ -243,11 +322,30 @@ def _measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
         "config_shape": shape,
         "request_id": batch.request_id,
         "source": batch.source,
+        "writer": batch.writer,
     }
     return [
         {**common, "config": blob, "runtime_ns": rt, "score": score}
         for blob, rt, score in zip(blobs, runtimes, scores, strict=True)
     ]
+
+
+def _measured(rows: list[Any]) -> Measured:
+    """Rows of (id, config, config_dtype, config_shape, runtime_ns, score, writer)
+    as arrays."""
+    configs = codec.decode_configs(
+        [bytes(r.config) for r in rows],
+        [r.config_dtype for r in rows],
+        [r.config_shape for r in rows],
+    )
+    scores = [math.nan if r.score is None else r.score for r in rows]
+    return Measured(
+        configs=configs,
+        runtimes_ns=np.array([r.runtime_ns for r in rows], dtype=np.int64),
+        scores=np.array(scores, dtype=np.float32),
+        ids=np.array([r.id for r in rows], dtype=np.int64),
+        writers=tuple(r.writer for r in rows),
+    )
 
 
 def _graph_exists(conn: Connection, graph_id: str) -> bool:

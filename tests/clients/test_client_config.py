@@ -8,6 +8,7 @@ what a real socket does.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -105,3 +106,35 @@ def test_injected_transport_is_used_for_every_call(tile_sample: Sample) -> None:
         c.rank("tile", tile_sample, tile_sample.configs)
     assert {r.url.host for r in fake.requests} == {"elsewhere"}
     assert fake.requests[0].headers["user-agent"].startswith("costmodel-client/")
+
+
+def test_the_writer_token_reaches_every_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``token=`` first, else ``COSTMODEL_TOKEN``; sent as a bearer token."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"error": {"code": "not_ready"}})
+
+    monkeypatch.setenv("COSTMODEL_TOKEN", "cmw_from_env")
+    retry = RetryPolicy(max_attempts=1)
+    for kwargs, want in (
+        ({}, "Bearer cmw_from_env"),
+        ({"token": "cmw_given"}, "Bearer cmw_given"),
+        ({"token": ""}, None),  # explicitly none, whatever the environment says
+    ):
+        assert _authorization(handler, retry, **kwargs) == want
+    monkeypatch.delenv("COSTMODEL_TOKEN")
+    assert _authorization(handler, retry) is None
+
+
+def _authorization(handler: Any, retry: RetryPolicy, **kwargs: Any) -> str | None:
+    """The Authorization header a client built with ``kwargs`` sends."""
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda r: sent.append(r) or handler(r))
+    with (
+        CostModelClient("http://x", transport=transport, retry=retry, **kwargs) as c,
+        pytest.raises(ServiceUnavailable),
+    ):
+        c.models()
+    return sent[-1].headers.get("authorization")

@@ -87,10 +87,17 @@ async def test_errors_and_models_from_the_real_app(
         ("layout", "layout"),
     }
     assert await client.ready()
-    await client.rank("tile", tile_sample, tile_sample.configs)
+    ranked = await client.rank("tile", tile_sample, tile_sample.configs)
     if "/v1/feedback" in app.openapi()["paths"]:
-        answer = await client.feedback("tile", tile_sample, [7], config_indices=[0])
+        assert ranked.ranking_id is not None and len(ranked.ranking_id) == 32
+        answer = await client.feedback(
+            "tile", tile_sample, [7], config_indices=[0], ranking_id=ranked.ranking_id
+        )
         assert answer.stored == 1
+        session = client.session("tile")  # indices mean its latest answer
+        await session.rank(tile_sample, tile_sample.configs[:3])
+        answer = await session.feedback(tile_sample, [9, 8], config_indices=[2, 0])
+        assert answer.stored == 2
     else:  # the feedback route is not in the service yet
         with pytest.raises(EndpointNotFound):
             await client.feedback("tile", tile_sample, [7], config_indices=[0])

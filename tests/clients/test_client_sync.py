@@ -413,7 +413,7 @@ def test_models_and_ready(client: CostModelClient) -> None:
         assert not down.ready()
 
 
-@pytest.mark.parametrize("status", [504, 502, 503, 429])
+@pytest.mark.parametrize("status", [504, 502, 503, 429, 408])
 def test_feedback_is_retried_like_a_rank_with_one_key(
     tile_sample: Sample, status: int
 ) -> None:

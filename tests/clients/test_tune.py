@@ -26,9 +26,10 @@ from typer.testing import CliRunner
 
 from xla_costmodel import cli
 from xla_costmodel.clients import CostModelClient, Hlo, RetryPolicy
+from xla_costmodel.clients.xla import policy
 from xla_costmodel.clients.xla.measure import Protocol
 from xla_costmodel.clients.xla.tune import TuneConfig, autotuned, tune
-from xla_costmodel.clients.xla.tune_rounds import choose, config_key
+from xla_costmodel.clients.xla.tune_rounds import config_key
 from xla_costmodel.tpugraphs import xla_cpu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,17 +183,15 @@ def test_an_unreachable_service_keeps_the_default(tmp_path: Path) -> None:
     assert alone.compiler_options == {} and "no client" in alone.reason
 
 
-def test_the_choice_needs_a_win_beyond_the_noise() -> None:
-    assert choose(100, [], 0.02) is None
-    assert choose(100, [99, 101], 0.02) is None  # 1% faster: within 2% noise
-    assert choose(100, [90, 95], 0.02) == 0
-    assert choose(100, [95, 90], 0.12) is None
+def test_the_config_is_checked_and_plans_the_policys_rounds() -> None:
     with pytest.raises(ValueError, match="strategy"):
         TuneConfig(strategy="best")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="budget"):
         TuneConfig(budget=8, candidates=8)
-    assert TuneConfig(budget=8).plan() == [3, 3, 2]
-    assert TuneConfig(budget=2).plan() == [1, 1]
+    with pytest.raises(ValueError, match="repeats"):
+        TuneConfig(repeats=1)
+    assert TuneConfig(budget=8).plan() == policy.plan(8)
+    assert [r.size for r in TuneConfig(budget=2).plan()] == [1, 1]
 
 
 def test_configs_that_crashed_an_earlier_run_are_left_out(tmp_path: Path) -> None:
@@ -291,6 +290,8 @@ def test_the_example_program_is_tuned_with_the_shipped_model(
     assert len(body["measured"]) + len(body["failed"]) == 2
     (first,) = body["rounds"]
     assert first["feedback_stored"] >= 1  # the default's runtime at least
+    assert first["explored"] == first["configs"] == 2  # the portfolio's head
+    assert 0 < first["shaping"]["prior_weight"] <= 1.0
     measured = [m["compiler_options"] for m in body["measured"]]
     assert body["compiler_options"] == {} or body["compiler_options"] in measured
     assert body["speedup"] == pytest.approx(body["default_ms"] / body["best_ms"])

@@ -27,6 +27,7 @@ NAMESPACED_KINDS = {
     "Deployment",
     "StatefulSet",
     "HorizontalPodAutoscaler",
+    "NetworkPolicy",
     "PodDisruptionBudget",
 }
 WORKLOAD_KINDS = {"Deployment", "StatefulSet"}

@@ -59,7 +59,9 @@ def test_every_part_has_a_healthcheck_the_service_waits_for(
     compose: dict[str, Any],
 ) -> None:
     services = compose["services"]
-    assert set(services) == {"service", "redis", "postgres"}
+    # Parts behind a profile (prometheus) are optional: not started by default.
+    default = {name for name, part in services.items() if "profiles" not in part}
+    assert default == {"service", "redis", "postgres"}
     for name, service in services.items():
         check = service["healthcheck"]["test"]
         assert check[0] == "CMD" and len(check) > 1, name
@@ -80,7 +82,8 @@ def test_replicas_fit_the_published_ports(compose: dict[str, Any]) -> None:
     replicas = service["deploy"]["replicas"]
     assert replicas >= 2
     (mapping,) = service["ports"]
-    host, container = mapping.rsplit(":", 1)
+    address, host, container = mapping.split(":")
+    assert address == "127.0.0.1"  # not on every interface of the host
     assert int(container) == dockerfile().port
     first, _, last = host.partition("-")
     assert int(last or first) - int(first) + 1 >= replicas  # one host port each
@@ -97,11 +100,17 @@ def test_environment_is_settings_and_points_at_the_parts(
     settings = check_settings_env(monkeypatch, env)
     assert settings.admin_token is None  # unset in the shell: admin API off
 
+    assert settings.feedback_tokens_required  # writers need tokens
     assert settings.redis_url is not None
-    redis = urlsplit(settings.redis_url)
+    redis = urlsplit(settings.redis_url.get_secret_value())
     assert (redis.hostname, redis.port) == ("redis", 6379)
+    command = services["redis"]["command"]  # Redis asks for the URL's password
+    assert redis.password and command[command.index("--requirepass") + 1] == (
+        redis.password
+    )
+    assert services["redis"]["environment"]["REDISCLI_AUTH"] == redis.password
     assert settings.database_url is not None
-    database = urlsplit(settings.database_url)
+    database = urlsplit(settings.database_url.get_secret_value())
     postgres = services["postgres"]["environment"]
     assert database.scheme == "postgresql" and (database.hostname, database.port) == (
         "postgres", 5432,

@@ -74,6 +74,7 @@ def test_every_object_validates_strictly(resources: list[Resource]) -> None:
         "HorizontalPodAutoscaler",
         "PodDisruptionBudget",
         "StatefulSet",
+        "NetworkPolicy",
     }
 
 
@@ -212,10 +213,10 @@ def test_env_names_are_settings_fields_and_values_parse(
 
     # Both point at the Services of this base, on the ports they expose.
     assert settings.redis_url is not None and settings.database_url is not None
-    redis = urlsplit(settings.redis_url)
+    redis = urlsplit(settings.redis_url.get_secret_value())
     assert redis.hostname == "redis"
     assert redis.port == get(resources, "Service", "redis")["spec"]["ports"][0]["port"]
-    database = urlsplit(settings.database_url)
+    database = urlsplit(settings.database_url.get_secret_value())
     assert database.scheme.startswith("postgresql")  # not one SQLite file per pod
     assert database.hostname == "postgres"
     assert (
@@ -232,6 +233,27 @@ def test_env_names_are_settings_fields_and_values_parse(
     assert database.path == "/" + pg_env["POSTGRES_DB"]["value"]
     # The pod's CPU limit bounds the inference threads (os.cpu_count() would not).
     assert settings.inference_workers == int(container["resources"]["limits"]["cpu"])
+    # Pods listen on every interface: feedback needs a writer's token.
+    assert settings.feedback_auth == "token" and settings.feedback_tokens_required
+    # Redis asks for the password the service's URL carries (the same Secret).
+    (cache,) = pod_spec(get(resources, "Deployment", "redis"))["containers"]
+    args = cache["args"]
+    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    ref = {v["name"]: v for v in cache["env"]}["REDIS_PASSWORD"]["valueFrom"]
+    key = ref["secretKeyRef"]
+    redis_password = get(resources, "Secret", key["name"])["stringData"][key["key"]]
+    assert redis.password == redis_password
+    # One request's body, decoded arrays and float32 configs, times the requests
+    # scoring at once, plus the measured base (MiB: deployment.yaml's comment,
+    # with both caches full), stay under the memory limit.
+    mib = 1 << 20
+    per_request = (
+        settings.max_body_bytes + settings.max_decoded_bytes + settings.max_scored_bytes
+    )
+    base = 191 * mib + settings.memory_cache_bytes + settings.recent_rankings_bytes
+    limit = container["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi")
+    assert base + settings.inference_workers * per_request <= int(limit[:-2]) << 30
 
 
 def test_graceful_shutdown_fits_in_the_grace_period(resources: list[Resource]) -> None:
@@ -288,3 +310,33 @@ def test_every_container_has_resources_and_probes(resources: list[Resource]) -> 
     (redis,) = pod_spec(get(resources, "Deployment", "redis"))["containers"]
     assert redis["args"][redis["args"].index("--save") + 1] == ""
     assert redis["args"][redis["args"].index("--appendonly") + 1] == "no"
+
+
+def test_only_the_server_reaches_redis_and_postgres(resources: list[Resource]) -> None:
+    """Each workload has one NetworkPolicy; the stores admit the server's pods only,
+    on the port their container names."""
+    policies = [r for r in resources if r["kind"] == "NetworkPolicy"]
+    server_labels = pod_labels(get(resources, "Deployment", "costmodel"))
+    for workload in workloads(resources):
+        labels = pod_labels(workload)
+        (policy,) = [
+            p
+            for p in policies
+            if matches(p["spec"]["podSelector"]["matchLabels"], labels)
+        ]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        (rule,) = policy["spec"]["ingress"]
+        ports = {
+            p["name"] for c in pod_spec(workload)["containers"] for p in c["ports"]
+        }
+        assert {p["port"] for p in rule["ports"]} <= ports
+        if workload["metadata"]["name"] == "costmodel":
+            assert "from" not in rule  # clients, wherever the cluster routes them
+        else:
+            (peer,) = rule["from"]
+            assert matches(peer["podSelector"]["matchLabels"], server_labels)
+            assert set(peer) == {"podSelector"}  # no other namespace, no IP block
+
+
+def pod_labels(workload: Resource) -> dict[str, str]:
+    return workload["spec"]["template"]["metadata"]["labels"]  # type: ignore[no-any-return]

@@ -19,7 +19,8 @@ REPO = ARTIFACTS.parents[1]  # the manifests' data paths are relative to it
 SAMPLE = {"tile": "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
           "layout": "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"}  # fmt: skip
 # xla_cpu's data is the project's own, committed in the repository.
-XLA_CPU_SAMPLE = REPO / "datasets" / "xla_cpu" / "mlp_4x2048_b32.npz"
+XLA_CPU_DATA = REPO / "datasets" / "xla_cpu"
+XLA_CPU_SAMPLE = XLA_CPU_DATA / "cpu-amd-25.1-avx2" / "mlp_4x2048_b32.npz"
 SHIPPED = ["tile", "layout", "xla_cpu"]
 
 
@@ -95,23 +96,35 @@ def test_shipped_checkpoint_is_the_artifacts_model(
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
 
 
-def test_shipped_xla_cpu_model_names_its_cpu_and_holds_out_whole_families() -> None:
-    """Trained on every collected program, with metrics from leave-families-out CV,
-    and served under the target of the CPU the data was measured on."""
+def test_shipped_xla_cpu_model_names_its_cpus_and_holds_out_families_and_targets() -> None:
+    """Trained on every collected program of every target (CPU), with metrics from
+    cross-validation leaving families and targets out, every target listed, and
+    per-target knowledge seeds shipped beside it."""
     import json
 
     from xla_costmodel.models.xla_cpu_recipe import sidecar_target
+    from xla_costmodel.tpugraphs.knowledge import load_seeds
 
     manifest = read_manifest(ARTIFACTS / "xla_cpu" / "1")
-    data = XLA_CPU_SAMPLE.parent
-    sides = [json.loads(p.read_text()) for p in data.glob("*.json")]
-    ok = {s["name"]: s for s in sides if s["status"] == "ok"}
-    assert {Path(f).stem for f in manifest.training["data_files"]} == set(ok)
-    assert manifest.target == sidecar_target(data) and manifest.target.startswith(
-        "cpu-"
-    )
+    folders = sorted(d for d in XLA_CPU_DATA.iterdir() if d.is_dir())
+    ok = {}
+    for folder in folders:
+        for p in folder.glob("*.json"):
+            side = json.loads(p.read_text())
+            if side["status"] == "ok":
+                ok[sidecar_target(folder), side["name"]] = side
+    trained = {(Path(f).parent.name, Path(f).stem) for f in manifest.training["data_files"]}
+    assert trained == {(f.name, n) for f in folders for (t, n) in ok if t == f.name}
+    targets = sorted({t for t, _ in ok})
+    assert manifest.targets == targets and manifest.target in targets
+    assert all(t.startswith("cpu-") for t in targets)
+    assert manifest.knowledge is not None
+    seeds = load_seeds(ARTIFACTS / "xla_cpu" / "1" / manifest.knowledge.file)
+    assert {t: len(r) for t, r in seeds.items()} == manifest.knowledge.programs
+    assert sum(manifest.knowledge.programs.values()) == len(ok)
     validation = manifest.metrics["validation"]
     families = {s["family"] for s in ok.values()}
     assert validation["method"] == "leave-families-out"
     assert set(validation["families"]) == set(validation["fixed"]) == families
-    assert {row["graph"] for row in manifest.metrics["graphs"]} == set(ok)
+    assert {(r["target"], r["graph"]) for r in manifest.metrics["graphs"]} == set(ok)
+    assert set(manifest.metrics["targets_left_out"]) == set(targets)

@@ -4,6 +4,7 @@ and the fixed-config baseline is chosen on the training families only."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +93,7 @@ def test_cross_validation_holds_out_whole_families(
     folds = recipe.cross_validate(programs, cfg, tmp_path / "runs")
     assert [f.family for f in folds] == ["a", "b", "c"]
     for fold in folds:
-        held = {p.name for p in programs if p.family == fold.family}
+        held = {p.key for p in programs if p.family == fold.family}
         assert set(fold.scores) == held and not held & set(fold.train)
         assert len(fold.train) == len(programs) - len(held)
     sample = xla_cpu.sample(CONFIGS, 0)
@@ -119,25 +120,37 @@ def test_cross_validation_holds_out_whole_families(
 
 def test_the_target_is_the_sidecars_cpu(collection: Path) -> None:
     assert recipe.sidecar_target(collection) == "cpu-amd-26.2-avx512"
+    assert {p.target for p in recipe.load_programs(collection)} == {
+        "cpu-amd-26.2-avx512"
+    }
 
 
-def test_the_tuner_keeps_the_default_unless_beaten_beyond_noise(
-    collection: Path,
+def test_a_dataset_of_targets_adds_target_folds(
+    collection: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from xla_costmodel.benchmarks import xla_tuning
-
-    program = recipe.load_programs(collection)[2]  # b0: row 5 at 0.8x
-    assert xla_tuning.keep(program, {0: 100.0, 5: 99.0}) == 0  # within 2% noise
-    assert xla_tuning.keep(program, {0: 100.0, 5: 80.0}) == 5
-    # The best two are measured again beside the default; only that decides.
-    again = {0: 100.0, 5: 101.0, 6: 85.0, 7: 50.0}
-    measured = {0: 100.0, 5: 80.0, 6: 90.0, 7: 95.0}
-    assert xla_tuning.keep(program, measured, again.__getitem__) == 6
-    assert (
-        xla_tuning.keep(program, {0: 100.0, 5: 80.0}, {0: 100.0, 5: 99.0}.__getitem__)
-        == 0
-    )
-    assert xla_tuning.keep(program, {0: 100.0, 5: 120.0}, again.__getitem__) == 0
-    scores = np.where(np.arange(CONFIGS) == 5, -1.0, 0.0)  # the model likes row 5
-    chosen = xla_tuning.tune_model(program, scores, 4, lambda i: program.runtimes[i])
-    assert chosen == 5
+    """Two targets (one folder each): programs keep their CPU, and cross-validation
+    also leaves each whole target out."""
+    data = tmp_path_factory.mktemp("targets")
+    here = data / "cpu-amd-26.2-avx512"
+    shutil.copytree(collection, here)
+    there = data / "cpu-amd-25.1-avx2"
+    shutil.copytree(collection, there)
+    for side_path in there.glob("*.json"):
+        side = json.loads(side_path.read_text())
+        if side.get("status") != "ok":
+            continue
+        side["machine"] = {**side["machine"], "cpu_family": "25", "cpu_model_id": "1",
+                           "isa_flags": ["sse4_2", "avx", "avx2", "fma"]}  # fmt: skip
+        side_path.write_text(json.dumps(side))
+    programs = recipe.load_programs(data)
+    assert recipe.targets_of(programs) == ["cpu-amd-25.1-avx2", "cpu-amd-26.2-avx512"]
+    assert len({p.key for p in programs}) == len(programs)
+    cfg = tiny_config("xla_cpu", epochs=1, early_stopping=False)
+    folds = recipe.cross_validate(programs, cfg, tmp_path / "runs", kinds=("target",))
+    assert [(f.kind, f.family) for f in folds] == [
+        ("target", "cpu-amd-25.1-avx2"),
+        ("target", "cpu-amd-26.2-avx512"),
+    ]
+    for fold in folds:
+        assert all(k.startswith(fold.family + "/") for k in fold.scores)
+        assert not any(k.startswith(fold.family + "/") for k in fold.train)

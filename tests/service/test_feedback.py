@@ -75,10 +75,19 @@ async def upload(client: httpx.AsyncClient, model: str, sample: Sample) -> str:
 async def rank(
     client: httpx.AsyncClient, model: str, gid: str, configs: np.ndarray, **extra: Any
 ) -> np.ndarray:
+    return np.asarray(
+        (await rank_answer(client, model, gid, configs, **extra))["scores"]
+    )
+
+
+async def rank_answer(
+    client: httpx.AsyncClient, model: str, gid: str, configs: np.ndarray, **extra: Any
+) -> dict[str, Any]:
     body = {"model": model, "graph_id": gid, "configs": configs.tolist(), **extra}
     r = await client.post("/v1/rank", json=body)
     assert r.status_code == 200, r.text
-    return np.asarray(r.json()["scores"])
+    answer: dict[str, Any] = r.json()
+    return answer
 
 
 @pytest.mark.parametrize("model", ["tile", "layout"])
@@ -178,31 +187,42 @@ async def test_gauges_follow_the_models_own_order(
     assert answers[2] == (None, None, 0.0, 3.5, 24)  # equal runtimes: means unchanged
 
 
-async def test_config_indices_name_the_latest_ranking(
+async def test_config_indices_name_the_ranking_they_index(
     make_client: AppClient, db_url: str, kernel: Sample
 ) -> None:
     fb = await make_client()
     gid = await upload(fb, "tile", kernel)
     body = {"model": "tile", "graph_id": gid, "config_indices": [3, 0, 3],
             "runtimes_ns": [30, 10, 31]}  # fmt: skip
-    r = await fb.post("/v1/feedback", json=body)
+    r = await fb.post("/v1/feedback", json=body)  # which answer do they index?
+    assert (r.status_code, r.json()["error"]["field"]) == (422, "ranking_id")
+    r = await fb.post("/v1/feedback", json={**body, "ranking_id": "0" * 32})
     assert r.status_code == 409 and r.json()["error"]["code"] == "ranking_not_found"
-    assert r.json()["error"]["field"] == "config_indices"
-    await rank(fb, "tile", gid, kernel.configs[:50])
-    latest = kernel.configs[100:110]
-    scores = await rank(fb, "tile", gid, latest)
-    r = await fb.post("/v1/feedback", json={**body, "model_version": "1"})
+    assert r.json()["error"]["field"] == "ranking_id"
+    first = kernel.configs[:50]
+    answer = await rank_answer(fb, "tile", gid, first)
+    later = await rank_answer(fb, "tile", gid, kernel.configs[100:110])
+    assert answer["ranking_id"] != later["ranking_id"]
+    # Ranked again since (another tuner, say): the indices still mean the first batch.
+    sent = {**body, "model_version": "1", "ranking_id": answer["ranking_id"]}
+    r = await fb.post("/v1/feedback", json=sent)
     assert r.status_code == 200 and r.json()["stored"] == 3, r.text
     stored = rows(db_url)
-    assert np.array_equal(np.stack([x["config"] for x in stored]), latest[[3, 0, 3]])
-    assert [x["score"] for x in stored] == pytest.approx(scores[[3, 0, 3]].tolist())
-    r = await fb.post("/v1/feedback", json={**body, "config_indices": [0, 10, 1]})
+    assert np.array_equal(np.stack([x["config"] for x in stored]), first[[3, 0, 3]])
+    scores = np.asarray(answer["scores"])[[3, 0, 3]]
+    assert [x["score"] for x in stored] == pytest.approx(scores.tolist())
+    r = await fb.post(
+        "/v1/feedback",
+        json={**sent, "config_indices": [0, 10, 1], "ranking_id": later["ranking_id"]},
+    )
     assert (r.status_code, r.json()["error"]["field"]) == (422, "config_indices[1]")
     # The memory is bounded: with no room, nothing is remembered.
     small = await make_client(recent_rankings_bytes=0)
     await upload(small, "tile", kernel)
-    await rank(small, "tile", gid, latest)
-    r = await small.post("/v1/feedback", json=body)
+    kept = await rank_answer(small, "tile", gid, first)
+    r = await small.post(
+        "/v1/feedback", json={**body, "ranking_id": kept["ranking_id"]}
+    )
     assert r.status_code == 409 and r.json()["error"]["code"] == "ranking_not_found"
 
 
@@ -218,6 +238,7 @@ def body(gid: str | None, **change: Any) -> dict[str, Any]:
 
 
 JSON = {"content-type": "application/json"}
+RID = "ab" * 16  # replaced by the id of the tile ranking test_bad_inputs makes
 # (name, status, code, field, request builder)
 CASES: list[tuple[str, int, str, str | None, Build]] = [
     ("tile width", 422, "invalid_request", "configs",
@@ -241,14 +262,20 @@ CASES: list[tuple[str, int, str, str | None, Build]] = [
     ("length mismatch", 422, "invalid_request", "runtimes_ns",
      lambda t, u: body(t, runtimes_ns=[1])),
     ("both", 422, "invalid_request", "configs",
-     lambda t, u: body(t, config_indices=[0, 1])),
+     lambda t, u: body(t, config_indices=[0, 1], ranking_id=RID)),
+    ("indices without ranking_id", 422, "invalid_request", "ranking_id",
+     lambda t, u: body(t, configs=None, config_indices=[0, 1])),
+    ("ranking_id without indices", 422, "invalid_request", "ranking_id",
+     lambda t, u: body(t, ranking_id=RID)),
+    ("bad ranking_id", 422, "invalid_request", "ranking_id",
+     lambda t, u: body(t, configs=None, config_indices=[0, 1], ranking_id="x")),
     ("neither", 422, "invalid_request", "configs", lambda t, u: body(t, configs=None)),
     ("negative index", 422, "invalid_request", "config_indices[0]",
-     lambda t, u: body(t, configs=None, config_indices=[-1, 0])),
+     lambda t, u: body(t, configs=None, config_indices=[-1, 0], ranking_id=RID)),
     ("index too big", 422, "invalid_request", "config_indices[1]",
-     lambda t, u: body(t, configs=None, config_indices=[0, 2])),
+     lambda t, u: body(t, configs=None, config_indices=[0, 2], ranking_id=RID)),
     ("bool index", 422, "invalid_request", "config_indices",
-     lambda t, u: body(t, configs=None, config_indices=[True, 0])),
+     lambda t, u: body(t, configs=None, config_indices=[True, 0], ranking_id=RID)),
     ("extra key", 422, "invalid_request", "top_k", lambda t, u: body(t, top_k=1)),
     ("bad graph_id", 422, "invalid_request", "graph_id", lambda t, u: body("abc")),
     ("unknown graph", 404, "graph_not_found", "graph_id", lambda t, u: body("0" * 64)),
@@ -266,8 +293,9 @@ CASES: list[tuple[str, int, str, str | None, Build]] = [
      lambda t, u: body(t, model="nope")),
     ("version not loaded", 409, "model_version_not_loaded", "model_version",
      lambda t, u: body(t, model_version="99")),
-    ("never ranked", 409, "ranking_not_found", "config_indices",
-     lambda t, u: body(u, model="layout", configs=None, config_indices=[0, 1])),
+    ("never ranked", 409, "ranking_not_found", "ranking_id",
+     lambda t, u: body(u, model="layout", configs=None, config_indices=[0, 1],
+                       ranking_id=RID)),
     ("malformed", 400, "malformed_body", "body",
      lambda t, u: {"content": b"{", "headers": JSON}),
     ("npz", 415, "unsupported_media_type", "content-type",
@@ -283,10 +311,13 @@ async def test_bad_inputs(
         await upload(fb, "tile", kernel),
         await upload(fb, "layout", small_layout),
     )
-    await rank(fb, "tile", tile, kernel.configs[:2])
+    rid = (await rank_answer(fb, "tile", tile, kernel.configs[:2]))["ranking_id"]
     failures = []
     for name, status, code, field, build in CASES:
-        r = await fb.post("/v1/feedback", **build(tile, layout))
+        request = build(tile, layout)
+        if name != "never ranked" and isinstance(request["content"], str):
+            request["content"] = request["content"].replace(RID, rid)
+        r = await fb.post("/v1/feedback", **request)
         err = r.json().get("error", {})
         if (r.status_code, err.get("code"), err.get("field")) != (status, code, field):
             failures.append(f"{name}: {r.status_code} {r.text[:200]}")
@@ -438,7 +469,7 @@ async def test_config_indices_after_a_compact_layout_batch(
     assert r.status_code == 200, r.text
     scores = np.asarray(r.json()["scores"])
     body = {"model": "layout", "graph_id": gid, "config_indices": [4, 19],
-            "runtimes_ns": [200, 100]}  # fmt: skip
+            "ranking_id": r.json()["ranking_id"], "runtimes_ns": [200, 100]}  # fmt: skip
     r = await fb.post("/v1/feedback", json=body)
     assert r.status_code == 200, r.text
     stored = rows(db_url)
@@ -522,3 +553,22 @@ async def test_a_graph_missing_from_the_database_is_stored_again_on_upload(
     r = await fb.post("/v1/feedback", json=payload)
     assert r.status_code == 200, r.text
     assert stored_graph_ids(db_url) == [gid]
+
+
+async def test_an_npz_answer_names_its_ranking_in_a_header(
+    fb: httpx.AsyncClient, db_url: str, kernel: Sample
+) -> None:
+    gid = await upload(fb, "tile", kernel)
+    buf = io.BytesIO()
+    np.savez(buf, config_feat=kernel.configs[:8].astype(np.float32))
+    r = await fb.post(
+        f"/v1/rank?model=tile&graph_id={gid}",
+        content=buf.getvalue(),
+        headers={**NPZ, "Accept": "application/x-npz"},
+    )
+    assert r.status_code == 200 and len(r.headers["x-ranking-id"]) == 32
+    body = {"model": "tile", "graph_id": gid, "config_indices": [7],
+            "ranking_id": r.headers["x-ranking-id"], "runtimes_ns": [5]}  # fmt: skip
+    r = await fb.post("/v1/feedback", json=body)
+    assert r.status_code == 200, r.text
+    assert np.array_equal(rows(db_url)[-1]["config"], kernel.configs[7])

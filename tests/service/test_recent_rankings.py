@@ -1,6 +1,6 @@
 """Remembered rankings shared through a real redis-server: what one process ranked,
-another recalls; Redis is preferred over this process's memory; its failures fall
-back to memory and are counted, never raised."""
+another recalls by its ranking id; two rankings of one graph never stand in for each
+other; Redis failures fall back to memory and are counted, never raised."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from xla_costmodel.service.core.recent import RecentRankings
 from xla_costmodel.service.core.redis_store import RedisStore, connect, recent_key
 
 pytestmark = pytest.mark.anyio
-KEY = ("tile", "1", "g" * 64)
+KEY = ("tile", "1", "g" * 64, "a" * 32)
+OTHER = ("tile", "1", "g" * 64, "b" * 32)  # another answer for the same graph
 MiB = 1 << 20
 
 
@@ -57,46 +58,46 @@ async def test_a_ranking_remembered_by_one_worker_is_recalled_by_another(
     assert await b.recall(KEY) is None
     older, newer = batch(5), batch(7, start=3)
     await b.remember(KEY, *older)
-    await a.remember(KEY, *newer)
-    for worker in (a, b):  # b's own memory holds the older batch: Redis wins
-        found = await worker.recall(KEY)
-        assert found is not None
-        assert found[0].dtype == np.int8 and np.array_equal(found[0], newer[0])
-        assert np.array_equal(found[1], newer[1])
-    assert await stores[0].client.ttl(recent_key(*KEY)) <= recent.TTL_S
+    await a.remember(OTHER, *newer)
+    for worker in (a, b):  # each id names its own batch, wherever it is recalled
+        for key, want in ((KEY, older), (OTHER, newer)):
+            found = await worker.recall(key)
+            assert found is not None
+            assert found[0].dtype == np.int8 and np.array_equal(found[0], want[0])
+            assert np.array_equal(found[1], want[1])
+    assert 0 < await stores[0].client.ttl(recent_key(*KEY)) <= recent.TTL_S
 
 
-async def test_a_batch_too_large_to_share_is_not_shadowed_by_an_older_one(
+async def test_a_batch_too_large_to_share_stays_with_its_worker(
     stores: list[RedisStore],
 ) -> None:
     a, b = (RecentRankings(MiB, store, Events(), 200) for store in stores)
     await b.remember(KEY, *batch(5))
     large = batch(50)
-    await a.remember(KEY, *large)
-    found = await a.recall(KEY)
+    await a.remember(OTHER, *large)
+    found = await a.recall(OTHER)
     assert found is not None and np.array_equal(found[0], large[0])
-    assert await stores[0].client.exists(recent_key(*KEY)) == 0
-    # b now knows only its own, older batch (it ranked it), never a's through Redis.
-    found = await b.recall(KEY)
+    assert await stores[0].client.exists(recent_key(*OTHER)) == 0
+    assert await b.recall(OTHER) is None  # not shared, and never another batch
+    found = await a.recall(KEY)  # the small one is, through Redis
     assert found is not None and len(found[1]) == 5
 
 
 async def test_redis_failures_fall_back_to_memory(stores: list[RedisStore]) -> None:
     events = Events()
-    worker = RecentRankings(MiB, stores[0], events)
+    worker, other = (RecentRankings(MiB, store, events) for store in stores)
     configs, scores = batch(4)
     await worker.remember(KEY, configs, scores)
     await stores[1].client.set(recent_key(*KEY), b"not an npz")
-    found = await worker.recall(KEY)
+    found = await worker.recall(KEY)  # its own memory first: no Redis read
     assert found is not None and np.array_equal(found[0], configs)
+    assert await other.recall(KEY) is None  # a corrupt value is a miss, counted
     down = RedisStore(connect(f"redis://127.0.0.1:{free_port()}", 0.2, 0.2), 60, 0)
     offline = RecentRankings(MiB, down, events)
     await offline.remember(KEY, configs, scores)
     found = await offline.recall(KEY)
     assert found is not None and np.array_equal(found[1], scores)
     await down.aclose()
-    # A batch Redis did not take is newer than what Redis holds: recalled from memory
-    # without asking Redis again.
     assert events.errors == ["recent_decode", "recent_set"]
 
 

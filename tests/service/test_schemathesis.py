@@ -5,12 +5,14 @@ each answer must be no 5xx, accepted when the request conforms to the schema, an
 documented status, media type and body. A tiny tile graph is uploaded first, and the
 hooks below put its id, a served model and a matching config width into some of the
 generated bodies: random ids are 404s, so without them rank and feedback would never
-reach their logic.
+reach their logic. Feedback needs a writer token (``COSTMODEL_FEEDBACK_AUTH=token``,
+a writer created with ``costmodel tokens create``), the reload route the admin token.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -31,7 +33,10 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from servicekit import ADMIN, ServiceProcess
+from servicekit import ADMIN, REPO, ServiceProcess, free_port
+from typer.testing import CliRunner
+
+from xla_costmodel.cli import build_app
 
 CHECKS = [
     not_a_server_error,
@@ -67,6 +72,31 @@ def _tiny_npz(graph: bool = True, configs: int = 0) -> bytes:
 
 
 @pytest.fixture
+def service_process(
+    tmp_path: Any, model_dir: Any, redis_url: str
+) -> Iterator[ServiceProcess]:
+    """The service with writer tokens required, and one writer (``.token``)."""
+    database = f"sqlite:///{tmp_path / 'costmodel.db'}"
+    argv = ["tokens", "create", "schemathesis", "--database-url", database]
+    created = CliRunner().invoke(build_app(), argv)
+    assert created.exit_code == 0, created.output
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COSTMODEL_MODEL_DIR": str(model_dir),
+        "COSTMODEL_DATABASE_URL": database,
+        "COSTMODEL_REDIS_URL": redis_url,
+        "COSTMODEL_ADMIN_TOKEN": ADMIN,
+        "COSTMODEL_FEEDBACK_AUTH": "token",
+    }
+    server = ServiceProcess(free_port(), env, tmp_path / "service.log")
+    server.token = created.stdout.splitlines()[-1]  # type: ignore[attr-defined]
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def live_schema(service_process: ServiceProcess) -> tuple[Any, Repair]:
     """The live schema, with a hook that aims part of the traffic at a known graph
     (returned too: the schema's own examples are generated without hooks)."""
@@ -85,7 +115,7 @@ def live_schema(service_process: ServiceProcess) -> tuple[Any, Repair]:
     schema = schemathesis.openapi.from_url(url)
     schema.config.update(base_url=service_process.url)
     schema.config.generation.update(max_examples=MAX_EXAMPLES)
-    repair = Repair(graph_id, served, hlo)
+    repair = Repair(graph_id, served, hlo, service_process.token)  # type: ignore[attr-defined]
 
     @schema.hook
     def flatmap_case(ctx: Any, case: Any) -> Any:
@@ -114,10 +144,13 @@ class Repair:
       and such configs; the others keep a generated model name: 404.
     """
 
-    def __init__(self, graph_id: str, served: set[str], hlo: str) -> None:
+    def __init__(
+        self, graph_id: str, served: set[str], hlo: str, token: str = ""
+    ) -> None:
         self.graph_id = graph_id
         self.served = served
         self.hlo = hlo
+        self.token = token  # the writer's, for feedback
 
     def strategy(self, case: Any) -> Any:
         meta = case.meta
@@ -182,6 +215,7 @@ class Repair:
         if (aim or self._model(case) in self.served) and isinstance(case.body, dict):
             body = self._known_graph(case.body)
             body.pop("config_indices", None)
+            body.pop("ranking_id", None)
             body["configs"] = _rows(body.get("configs"), len(body["runtimes_ns"]))
             case.body = body
         return case
@@ -217,8 +251,11 @@ def _rows(configs: Any, count: int | None) -> list[list[float]]:
     return rows[:count]
 
 
-def _run(strategy: Any, answers: Counter[tuple[str, int]], examples: int) -> None:
-    headers = {"Authorization": f"Bearer {ADMIN}"}
+def _run(
+    strategy: Any, answers: Counter[tuple[str, int]], examples: int, token: str
+) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    writer = {"Authorization": f"Bearer {token}"}
 
     @settings(
         max_examples=examples, deadline=None, database=None,
@@ -226,6 +263,7 @@ def _run(strategy: Any, answers: Counter[tuple[str, int]], examples: int) -> Non
     )  # fmt: skip
     @given(case=strategy)
     def run(case: Any) -> None:
+        headers = writer if case.operation.path == "/v1/feedback" else admin
         response = case.call_and_validate(headers=headers, checks=CHECKS, timeout=30)
         answers[case.operation.label, response.status_code] += 1
 
@@ -256,7 +294,7 @@ def test_live_openapi_conformance(live_schema: tuple[Any, Repair]) -> None:
         operation = result.ok()
         for kind, strategy, examples in _strategies(operation, repair):
             try:
-                _run(strategy, answers, examples)
+                _run(strategy, answers, examples, repair.token)
             except Unsatisfiable:
                 # No parameters and no body: there is nothing to make invalid.
                 if kind != GenerationMode.NEGATIVE.value:

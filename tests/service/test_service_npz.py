@@ -100,9 +100,9 @@ async def test_npz_bodies_are_decoded_off_the_event_loop(
     """Even a small one: 1 KB of deflate can hold a megabyte of zeros."""
     threads: list[bool] = []
 
-    def spy(body: bytes, max_decoded: int) -> dict[str, Any]:
+    def spy(body: bytes, max_decoded: int, keep: Any = None) -> dict[str, Any]:
         threads.append(threading.current_thread() is threading.main_thread())
-        return tpugraphs_npz.read_npz(body, max_decoded)
+        return tpugraphs_npz.read_npz(body, max_decoded, keep)
 
     monkeypatch.setattr(xla_costmodel.service.codecs, "read_npz", spy)
     body = graph_npz(kernel)

@@ -30,7 +30,8 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COSTMODEL_ADMIN_TOKEN", "t0k")
     monkeypatch.setenv("COSTMODEL_MAX_CONFIGS", "7")
     s = Settings()
-    assert s.models == ["tile"] and s.redis_url == "redis://cache:6379/1"
+    assert s.models == ["tile"] and s.redis_url is not None
+    assert s.redis_url.get_secret_value() == "redis://cache:6379/1"
     assert s.admin_token is not None and s.admin_token.get_secret_value() == "t0k"
     assert s.max_configs == 7
     assert "t0k" not in repr(s)
@@ -47,11 +48,39 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         {"models": ""},
         {"redis_url": "http://x"},
         {"max_configs": 0},
+        {"database_url": "mysql://writer:hunter2@db/costmodel"},
+        {"feedback_auth": "maybe"},
     ],
 )
 def test_invalid_settings_are_refused(bad: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as refused:
         Settings(**bad)
+    assert "hunter2" not in str(refused.value)  # a refused value is never echoed
+
+
+def test_database_urls_are_secrets_and_postgres_is_accepted() -> None:
+    for url in ("postgres://u:pw@db/x", "postgresql+psycopg://u:pw@db/x",
+                "sqlite:///data/x.db"):  # fmt: skip
+        s = Settings(database_url=url)
+        assert s.database_url is not None and s.database_url.get_secret_value() == url
+        assert "pw@" not in repr(s) and "pw@" not in str(s.model_dump())
+
+
+@pytest.mark.parametrize(
+    ("host", "mode", "required"),
+    [
+        ("127.0.0.1", "auto", False), ("localhost", "auto", False),
+        ("::1", "auto", False), ("127.0.0.2", "auto", False),
+        ("0.0.0.0", "auto", True), ("10.0.0.5", "auto", True),
+        ("costmodel.internal", "auto", True), ("127.0.0.1", "token", True),
+        ("0.0.0.0", "off", False),
+    ],
+)  # fmt: skip
+def test_auto_requires_tokens_unless_the_server_listens_on_loopback_only(
+    host: str, mode: str, required: bool
+) -> None:
+    settings = Settings(host=host, feedback_auth=mode)  # type: ignore[arg-type]
+    assert settings.feedback_tokens_required is required
 
 
 def test_serve_passes_options_over_the_environment(
@@ -68,6 +97,7 @@ def test_serve_passes_options_over_the_environment(
     cli.serve(host="0.0.0.0", model_dir=tmp_path, redis_url="redis://cli:6379/0")
     settings = seen["settings"]
     assert (seen["host"], seen["port"]) == ("0.0.0.0", 9999)
-    assert settings.model_dir == tmp_path and settings.redis_url == "redis://cli:6379/0"
+    assert settings.model_dir == tmp_path
+    assert settings.redis_url.get_secret_value() == "redis://cli:6379/0"
     with pytest.raises(typer.BadParameter):
         cli.serve(redis_url="http://nope")

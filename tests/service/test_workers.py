@@ -175,6 +175,7 @@ def test_two_workers_share_metrics_feedback_and_rankings_then_clean_up(
     ranker = [p for p, n in per_worker(workers, RANKINGS).items() if n > before[p]]
     assert len(ranker) == 1
     by_index = {"model": "tile", "graph_id": gid, "config_indices": [3, 0],
+                "ranking_id": ranked.json()["ranking_id"],
                 "runtimes_ns": [30, 10]}  # fmt: skip
     start = per_worker(workers, STORED)
     other = (pids - set(ranker)).pop()
@@ -185,7 +186,7 @@ def test_two_workers_share_metrics_feedback_and_rankings_then_clean_up(
             break
     else:
         pytest.fail("feedback never reached the worker that did not rank")
-    # ... the configs of that ranking, not of an older one the other worker answered.
+    # ... the configs of that ranking, wherever an older one was answered.
     assert np.array_equal(last_stored(workers, 2), latest[[3, 0]])
 
     # The command removes its metrics directory when it stops.

@@ -1,0 +1,127 @@
+"""``costmodel tokens ...`` and ``costmodel measurements purge``: the operator's side of
+who may write measurements (docs/security.md).
+
+    costmodel tokens create NAME [--target T]... [--database-url URL]
+    costmodel tokens list | revoke NAME
+    costmodel measurements purge --writer NAME
+
+``create`` prints the token alone on the last line of stdout, once: only its sha256
+is stored, so it cannot be shown again (revoke and create anew). Everything else goes
+to stderr, so ``TOKEN=$(costmodel tokens create tuner-1 | tail -1)`` works. The
+database is the service's (``--database-url``, else ``COSTMODEL_DATABASE_URL``, else
+the SQLite file in ``COSTMODEL_DATA_DIR``); these commands change it directly, and
+every replica sees the change on its next request (a revoked token stops working, a
+purged writer's rows leave every graph's fit). ``open_store`` is shared with
+``costmodel dataset export``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr, ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from xla_costmodel.service.settings import Settings
+from xla_costmodel.service.store import MeasurementStore, StoreError
+from xla_costmodel.service.store.engine import normalise_url, sqlite_path
+
+URL_HELP = (
+    "sqlite:///PATH or postgresql://…; default $COSTMODEL_DATABASE_URL, else "
+    "costmodel.db in the service's data directory ($COSTMODEL_DATA_DIR, data/)."
+)
+DatabaseUrl = Annotated[str | None, typer.Option(help=URL_HELP)]
+err = Console(stderr=True)
+
+
+@contextmanager
+def open_store(
+    database_url: str | None, create: bool = False
+) -> Iterator[MeasurementStore]:
+    """The measurement store, or exit 2 (bad settings) / 1 (cannot open it). Never
+    creates an empty SQLite file unless ``create``; messages never show a password."""
+    try:
+        given = SecretStr(database_url) if database_url else None
+        settings = Settings(database_url=given) if given else Settings()
+    except ValidationError as exc:  # the settings hide input values (secrets)
+        err.print(f"[red]invalid settings:[/] {exc}")
+        raise typer.Exit(2) from None
+    if settings.database_url is not None:
+        url = settings.database_url.get_secret_value()
+    else:
+        url = f"sqlite:///{settings.data_dir / 'costmodel.db'}"
+    try:
+        path = sqlite_path(normalise_url(url))
+        if path is not None and not create and not path.is_file():
+            err.print(f"[red]no database at {path}[/]")
+            raise typer.Exit(1)
+        store = MeasurementStore.open(url)
+    except StoreError as exc:
+        err.print(f"[red]cannot open the database:[/] {exc}")
+        raise typer.Exit(1) from None
+    try:
+        yield store
+    except StoreError as exc:
+        err.print(f"[red]failed:[/] {exc}")
+        raise typer.Exit(1) from None
+    finally:
+        store.close()
+
+
+def create(
+    name: Annotated[str, typer.Argument(help="the writer: a tuner, a team, a CI job")],
+    target: Annotated[
+        list[str] | None,
+        typer.Option(help="a target it may write (repeat; none: any target)"),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a writer and print its token (the last line of stdout, shown once)."""
+    with open_store(database_url, create=True) as store:
+        try:
+            token = store.writers.create(name, target or None)
+        except ValueError as exc:
+            err.print(f"[red]{exc}[/]")
+            raise typer.Exit(2) from None
+    scope = ", ".join(target) if target else "any target"
+    err.print(f"writer {name!r} created ({scope}); its token, shown once:")
+    typer.echo(token)
+
+
+def list_writers(database_url: DatabaseUrl = None) -> None:
+    """Writers: name, targets, created, revoked (never a token)."""
+    with open_store(database_url) as store:
+        found = store.writers.list()
+    table = Table(title="writers")
+    for column in ("name", "targets", "created", "revoked"):
+        table.add_column(column)
+    for w in found:
+        targets = ", ".join(w.targets) if w.targets else "any"
+        revoked = w.revoked.isoformat(timespec="seconds") if w.revoked else ""
+        table.add_row(w.name, targets, w.created.isoformat(timespec="seconds"), revoked)
+    Console().print(table)
+
+
+def revoke(
+    name: Annotated[str, typer.Argument(help="the writer")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke a writer's token at once (its measurements stay; see purge)."""
+    with open_store(database_url) as store:
+        store.writers.revoke(name)
+    err.print(f"writer {name!r} revoked")
+
+
+def purge(
+    writer: Annotated[str, typer.Option(help="the writer whose measurements go")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete every measurement a writer stored; every replica's rankings forget them."""
+    with open_store(database_url) as store:
+        deleted = store.writers.purge(writer)
+    err.print(f"deleted {deleted} measurements of writer {writer!r}")
+    typer.echo(deleted)

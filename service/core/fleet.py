@@ -1,0 +1,167 @@
+"""The fleet's tuning gain: per model and target, what tuning found on every graph.
+
+    summarise(graphs) -> [TargetFleet]        pure: per-graph summaries -> per target
+    FleetSnapshot.capped(n)                   at most n targets per model, the rest "other"
+    FleetGain.refresh() / .run(period_s)      one database query, then a new snapshot
+
+A graph counts as tuned once its default config was measured (``costmodel tune``
+measures it in every round); its gain is best / default, the fastest runtime measured
+of any config over the fastest of the default (``store/summary.py``), so 0.8 means
+tuning found a config 1.25x faster than the compiler's default. A target's ``gain`` is
+the geometric mean of default / best over its tuned graphs (a speedup, >= 1), the
+figure a team running tuners asks for first.
+
+The figures come from the shared database, so every worker and replica computes the
+same ones: each refreshes its own snapshot on a timer, off the request path (no rank
+or feedback request ever waits for this query), and ``/metrics`` and
+``GET /v1/targets`` read the latest snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.store import StoreError
+from xla_costmodel.service.store.summary import GraphSummary
+
+log = logging.getLogger(__name__)
+OTHER = "other"  # the target label of every target past the cap
+
+
+class FleetEvents(Protocol):
+    def store_error(self, op: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class TargetFleet:
+    """One model's measurements on one target."""
+
+    model: str
+    collection: str
+    target: str
+    programs: int  # graphs with measurements
+    measurements: int
+    ratios: tuple[float, ...]  # best / default of each tuned graph
+
+    @property
+    def tuned(self) -> int:
+        """Graphs whose default config was measured."""
+        return len(self.ratios)
+
+    @property
+    def gain(self) -> float | None:
+        """Geometric mean of default / best over the tuned graphs (None: none)."""
+        if not self.ratios:
+            return None
+        return math.exp(-sum(map(math.log, self.ratios)) / len(self.ratios))
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    as_of: datetime | None  # None: no refresh has succeeded yet
+    targets: tuple[TargetFleet, ...]  # every target, sorted by (model, target)
+
+    def capped(self, max_targets: int) -> list[TargetFleet]:
+        """Per model the ``max_targets`` targets with most measurements, the others
+        merged into one ``other`` target: metric labels stay bounded whatever
+        target names clients send."""
+        by_model: dict[str, list[TargetFleet]] = defaultdict(list)
+        for entry in self.targets:
+            by_model[entry.model].append(entry)
+        kept: list[TargetFleet] = []
+        for model, entries in sorted(by_model.items()):
+            # A target a client named "other" joins the overflow: one series each.
+            named = [t for t in entries if t.target != OTHER]
+            named.sort(key=lambda t: (-t.measurements, t.target))
+            rest = named[max_targets:] + [t for t in entries if t.target == OTHER]
+            kept += named[:max_targets]
+            if rest:
+                kept.append(_merged(model, OTHER, rest))
+        return kept
+
+
+EMPTY = FleetSnapshot(None, ())
+
+
+def summarise(graphs: Iterable[GraphSummary]) -> list[TargetFleet]:
+    """Per (model, target), sorted: programs, measurements, best/default per tuned graph."""
+    groups: dict[tuple[str, str], list[GraphSummary]] = defaultdict(list)
+    for graph in graphs:
+        groups[graph.model, graph.target].append(graph)
+    return [
+        TargetFleet(
+            model=model,
+            collection=rows[0].collection,
+            target=target,
+            programs=len({r.graph_id for r in rows}),
+            measurements=sum(r.measurements for r in rows),
+            ratios=tuple(
+                r.best_ns / r.default_ns for r in rows if r.default_ns is not None
+            ),
+        )
+        for (model, target), rows in sorted(groups.items())
+    ]
+
+
+def _merged(model: str, target: str, entries: Sequence[TargetFleet]) -> TargetFleet:
+    return TargetFleet(
+        model=model,
+        collection=entries[0].collection,
+        target=target,
+        programs=sum(e.programs for e in entries),
+        measurements=sum(e.measurements for e in entries),
+        ratios=tuple(r for e in entries for r in e.ratios),
+    )
+
+
+class FleetGain:
+    """The latest ``FleetSnapshot`` of the database, refreshed by ``run``."""
+
+    def __init__(self, db: Database, events: FleetEvents) -> None:
+        self.db = db
+        self.events = events
+        self.snapshot = EMPTY
+        self._task: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> bool:
+        """Query the database once; on failure keep the last snapshot (False)."""
+        try:
+            graphs = await self.db.run(lambda store: store.graph_summaries())
+        except StoreError as exc:
+            self.events.store_error("fleet_summary")
+            log.warning("fleet summary not refreshed", extra={"error": str(exc)})
+            return False
+        self.snapshot = FleetSnapshot(datetime.now(UTC), tuple(summarise(graphs)))
+        return True
+
+    async def run(self, period_s: float) -> None:
+        """Refresh now and every ``period_s`` until cancelled."""
+        while True:
+            try:
+                await self.refresh()
+            except Exception:  # a bug must not end the refreshes for good
+                log.exception("fleet summary failed")
+            await asyncio.sleep(period_s)
+
+    def start(self, period_s: float) -> None:
+        """``run`` as a task of the running loop (the app's lifespan owns it)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(period_s), name="fleet-gain")
+
+    async def stop(self) -> None:
+        """Cancel the task; a query in flight finishes first (its thread cannot be
+        interrupted), so the database is never closed under it."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

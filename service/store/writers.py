@@ -1,0 +1,156 @@
+"""Writers: who may store measurements, and how much.
+
+    WriterTable.create(name, targets) -> token   shown once; only its sha256 is kept
+    WriterTable.authenticate(token) -> Writer | None   active writers only
+    WriterTable.revoke(name), .list(), .purge(name) -> rows deleted
+    check_quota(conn, writer, rows, quota)       inside the storing transaction
+
+A token is ``cmw_`` + 32 random bytes (``secrets``), so it is looked up by its hash
+alone: a table lookup by sha256 reveals nothing a timing attack could use, and a
+database dump holds no usable token. Revoking keeps the row (its name stays on its
+measurements); ``create`` may reuse a revoked name, with a new token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Row, delete, func, select, update
+
+from xla_costmodel.service.store.errors import StoreError
+from xla_costmodel.service.store.records import Quota
+from xla_costmodel.service.store.schema import measurements, writers
+
+TOKEN_PREFIX = "cmw_"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+Transaction = Callable[..., AbstractContextManager[Connection]]
+
+
+class WriterExists(StoreError):
+    """An active writer already has this name (revoke it first)."""
+
+
+class UnknownWriter(StoreError):
+    """No writer of this name."""
+
+
+class QuotaExceeded(StoreError):
+    """The writer stored its quota of rows in the window; ``retry_after_s`` says
+    when enough of them leave it."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Writer:
+    name: str
+    targets: tuple[str, ...] | None  # None: any target
+    created: datetime
+    revoked: datetime | None = None
+
+    def may_write(self, target: str) -> bool:
+        return self.targets is None or target in self.targets
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+class WriterTable:
+    """The ``writers`` table, through the store's transactions."""
+
+    def __init__(self, transaction: Transaction) -> None:
+        self._transaction = transaction
+
+    def create(self, name: str, targets: Sequence[str] | None = None) -> str:
+        """A new writer's token (the only time it exists outside the caller)."""
+        if not NAME.match(name):
+            raise ValueError(
+                f"writer name {name!r}: 1 to 64 of A-Z a-z 0-9 . _ -, "
+                "starting with a letter or digit"
+            )
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        row = {
+            "name": name,
+            "token_hash": token_hash(token),
+            "targets": json.dumps(sorted(set(targets))) if targets else None,
+            "created": datetime.now(UTC),
+            "revoked": None,
+        }
+        with self._transaction("creating a writer", write=True) as conn:
+            found = conn.execute(
+                select(writers.c.revoked).where(writers.c.name == name)
+            ).first()
+            if found is not None and found.revoked is None:
+                raise WriterExists(f"writer {name!r} exists (revoke it first)")
+            if found is not None:
+                conn.execute(delete(writers).where(writers.c.name == name))
+            conn.execute(writers.insert(), row)
+        return token
+
+    def authenticate(self, token: str) -> Writer | None:
+        """The active writer holding ``token``, or None."""
+        query = select(writers).where(
+            writers.c.token_hash == token_hash(token), writers.c.revoked.is_(None)
+        )
+        with self._transaction("checking a token") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else _writer(row)
+
+    def list(self) -> list[Writer]:
+        with self._transaction("listing writers") as conn:
+            rows = conn.execute(select(writers).order_by(writers.c.name)).all()
+        return [_writer(r) for r in rows]
+
+    def revoke(self, name: str) -> None:
+        """Its token stops working at once (every replica asks the database)."""
+        query = (
+            update(writers)
+            .where(writers.c.name == name, writers.c.revoked.is_(None))
+            .values(revoked=datetime.now(UTC))
+            .returning(writers.c.name)
+        )
+        with self._transaction("revoking a writer", write=True) as conn:
+            if conn.execute(query).first() is None:
+                raise UnknownWriter(f"no active writer {name!r}")
+
+    def purge(self, name: str) -> int:
+        """Delete every measurement the writer stored; the rows deleted. Each
+        graph's measurement generation changes, so every replica refits."""
+        query = delete(measurements).where(measurements.c.writer == name)
+        with self._transaction("purging a writer's measurements", write=True) as conn:
+            return int(conn.execute(query).rowcount or 0)
+
+
+def check_quota(conn: Connection, writer: str, rows: int, quota: Quota) -> None:
+    """``QuotaExceeded`` if storing ``rows`` more would pass the writer's quota."""
+    now = datetime.now(UTC)
+    since = now - timedelta(seconds=quota.window_s)
+    m = measurements.c
+    query = select(func.count(), func.min(m.time)).where(
+        m.writer == writer, m.time >= since
+    )
+    count, oldest = conn.execute(query).one()
+    if int(count) + rows <= quota.rows:
+        return
+    wait = quota.window_s if oldest is None else (oldest - since).total_seconds()
+    raise QuotaExceeded(
+        f"writer {writer!r} stored {count} measurements in the last "
+        f"{quota.window_s} s; {rows} more would pass its quota of {quota.rows}",
+        max(1, int(wait) + 1),
+    )
+
+
+def _writer(row: Row[Any]) -> Writer:
+    targets = None if row.targets is None else tuple(json.loads(row.targets))
+    return Writer(row.name, targets, row.created, row.revoked)

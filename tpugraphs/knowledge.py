@@ -1,0 +1,355 @@
+"""Target knowledge: what the programs measured on one target teach about another.
+
+Per-graph adaptation (``adapt.py``) starts from zero on every new program, and eight
+noisy measurements cannot fit seventeen coefficients. What transfers is what the
+*same hardware* did on *other* programs: which option sets won there, and on which
+kinds of programs. ``Knowledge`` holds, for one (collection, target), every program
+measured with its default config (its records), and answers for a graph it may never
+have seen:
+
+- ``predict``: each config's expected log runtime relative to the default, a
+  weighted mean over the target's programs. A program's value for a config is its
+  measurement where it measured that config (rows matched by content), else its own
+  additive ridge model of the options (centred on the default), shrunk by
+  ``UNMEASURED``: a guess counts less than a measurement.
+- ``portfolio``: configs in the order of greedy coverage (the portfolio of
+  transfer-tuning and auto-sklearn 2.0): each next config adds the most weighted
+  log speedup over the default across the target's programs, given the ones before.
+  Where no config adds more than ``MIN_GAIN`` (thin or no knowledge), the rest follow
+  the scores but skip configs within ``SPREAD`` options of one picked or measured
+  already (AutoTVM's submodular pick in spirit): exploration where the knowledge is
+  unsure, instead of the top-k near-duplicates.
+
+Program weights multiply two kernels: HLO similarity (cosine of square-rooted opcode
+histograms, ``summarize``) with temperature ``SIM_TEMPERATURE``, and, once the graph
+itself has measurements, how well each program's values explain them (Gaussian in
+the summed squared error of log runtime, ``FIT_SCALE``): a graph that turns out to
+behave like the convolutional programs of the target borrows their winners.
+
+Deterministic, numpy only; the service refits it off the request path and the fleet
+simulation (``costmodel simulate``) runs the same code. The constants were chosen by
+that simulation's leave-families-out runs (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+F64 = npt.NDArray[np.float64]
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+OPCODES = 256  # node_opcode is uint8
+SIM_TEMPERATURE = 0.05  # cosine-similarity units per e-fold of weight
+FIT_SCALE = 0.25  # log-runtime RMS error per e-fold of weight (squared, halved)
+UNMEASURED = 0.5  # how much a program's ridge guess counts against its measurements
+RIDGE = 1.0  # per-option penalty of a program's additive model (log-runtime units)
+FOREIGN_TRUST = 0.3  # a program measured on another target, against one of this target
+MIN_GAIN = 0.01  # weighted log speedup below which coverage gives way to exploration
+SPREAD = 3  # options two exploration picks differ in, at least (then relaxed)
+MAX_PROGRAMS = 2000  # newest programs kept per target (bounded memory and time)
+
+
+def summarize(node_opcode: npt.ArrayLike) -> F64:
+    """A graph's HLO summary: its opcode histogram, square-rooted and unit-norm, so
+    the dot product of two summaries is their cosine similarity (1 = same mix)."""
+    ops = np.asarray(node_opcode).astype(np.int64).ravel()
+    hist = np.bincount(np.clip(ops, 0, OPCODES - 1), minlength=OPCODES)
+    root = np.sqrt(hist.astype(np.float64))
+    norm = float(np.linalg.norm(root))
+    return root / norm if norm > 0 else root
+
+
+@dataclass(frozen=True)
+class ProgramRecord:
+    """One program measured on a target: distinct configs and their log runtime
+    relative to the program's default (0 for the default itself)."""
+
+    name: str  # a graph id, or a dataset program's name
+    summary: F64  # [OPCODES]
+    configs: F32  # [n, W] distinct
+    rel: F64  # [n]
+    measurements: int  # rows behind them (repeats included)
+    # How much a program of this record's kind counts: 1 for the target's own, less
+    # for one measured on another target (``FOREIGN_TRUST``: CPUs disagree).
+    trust: float = 1.0
+
+
+def record(
+    name: str,
+    summary: F64,
+    configs: npt.ArrayLike,
+    runtimes_ns: npt.ArrayLike,
+    default_row: npt.ArrayLike,
+    trust: float = 1.0,
+    writers: Sequence[str | None] | None = None,
+) -> ProgramRecord | None:
+    """Merge repeats (median log runtime per distinct config) and express each config
+    relative to the default; None when the default was never measured (nothing to be
+    relative to) or nothing else was. With ``writers`` (one per row), a config's value
+    is the median over writers of each writer's median: one writer's flood of rows
+    is one vote, like any other writer's."""
+    flat = np.asarray(configs, np.float32)
+    flat = flat.reshape(flat.shape[0], -1)
+    rt = np.asarray(runtimes_ns, np.float64)
+    if flat.shape[0] == 0 or flat.shape[0] != rt.shape[0] or (rt <= 0).any():
+        return None
+    uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    logs = np.log(rt)
+    who = None if writers is None else np.asarray([w or "" for w in writers])
+    med = np.array([_vote(logs[inverse == g], None if who is None else who[inverse == g])
+                    for g in range(len(uniq))])  # fmt: skip
+    default = np.asarray(default_row, np.float32).ravel()
+    hit = np.flatnonzero((uniq == default).all(1))
+    if hit.size == 0 or len(uniq) < 2:
+        return None
+    rel = med - med[hit[0]]
+    return ProgramRecord(name, summary, uniq, rel, int(rt.shape[0]), trust)
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """The fitted knowledge of one target (see the module docstring)."""
+
+    default_row: F32  # [W]
+    names: tuple[str, ...]  # [P]
+    summaries: F64  # [P, OPCODES]
+    keys: npt.NDArray[np.void]  # [R] config rows as bytes, sorted
+    key_program: I64  # [R] the program of each measured row
+    key_rel: F64  # [R] its relative log runtime
+    coef: F64  # [P, W] each program's additive model, per option away from default
+    measurements: int  # rows behind every record
+    trust: F64  # [P]
+    program_measurements: tuple[int, ...] = ()  # [P] rows behind each record
+
+    @property
+    def programs(self) -> int:
+        return len(self.names)
+
+    @classmethod
+    def fit(
+        cls, records: Sequence[ProgramRecord], default_row: npt.ArrayLike
+    ) -> Knowledge:
+        default = np.asarray(default_row, np.float32).ravel()
+        kept = list(records)[-MAX_PROGRAMS:]
+        width = default.size
+        if not kept:
+            empty = np.zeros((0, width), np.float64)
+            return cls(default, (), np.zeros((0, OPCODES)), _keys(np.zeros((0, width), np.float32)),
+                       np.zeros(0, np.int64), np.zeros(0), empty, 0, np.zeros(0))  # fmt: skip
+        rows = np.concatenate([r.configs for r in kept]).astype(np.float32)
+        program = np.concatenate(
+            [np.full(len(r.rel), i, np.int64) for i, r in enumerate(kept)]
+        )
+        rel = np.concatenate([r.rel for r in kept])
+        keys = _keys(rows)
+        order = np.argsort(keys, kind="stable")
+        coef = np.stack([_additive(r.configs, r.rel, default) for r in kept])
+        return cls(
+            default, tuple(r.name for r in kept), np.stack([r.summary for r in kept]),
+            keys[order], program[order], rel[order], coef,
+            sum(r.measurements for r in kept), np.array([r.trust for r in kept]),
+            tuple(r.measurements for r in kept),
+        )  # fmt: skip
+
+    def values(self, configs: npt.ArrayLike) -> tuple[F64, npt.NDArray[np.bool_]]:
+        """[M, P] each program's value for each config, and where it is measured."""
+        flat = np.asarray(configs, np.float32).reshape(len(np.asarray(configs)), -1)
+        guess = (flat.astype(np.float64) - self.default_row) @ self.coef.T
+        out = UNMEASURED * guess
+        known = np.zeros(out.shape, bool)
+        if self.keys.size:
+            q = _keys(flat)
+            lo = np.searchsorted(self.keys, q, side="left")
+            hi = np.searchsorted(self.keys, q, side="right")
+            for m in np.flatnonzero(hi > lo):
+                span = slice(lo[m], hi[m])
+                out[m, self.key_program[span]] = self.key_rel[span]
+                known[m, self.key_program[span]] = True
+        return out, known
+
+    def weights(
+        self,
+        summary: F64 | None,
+        measured: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
+        exclude: str | None = None,
+    ) -> tuple[F64, float]:
+        """[P] normalised program weights for a graph (``summary``: None = every
+        program alike) given its own measured (configs, relative log runtimes), and
+        the evidence behind them: the sum of the unnormalised weights, each at most
+        its trust (a trusted program exactly like this graph counts 1)."""
+        logw = np.log(np.maximum(self.trust, 1e-300))
+        if summary is not None and self.programs:
+            logw += (self.summaries @ summary - 1.0) / SIM_TEMPERATURE
+        if measured is not None and self.programs:
+            rel = np.asarray(measured[1], np.float64)
+            cfg = np.asarray(measured[0], np.float32).reshape(len(rel), -1)
+            informative = ~(cfg == self.default_row).all(1)  # the default is 0 anyway
+            if informative.any():
+                vals, _ = self.values(cfg[informative])
+                # A Gaussian likelihood of what this graph measured under each
+                # program's values: every measurement adds evidence.
+                err = np.sum((vals - rel[informative, None]) ** 2, axis=0)
+                logw -= err / (2 * FIT_SCALE**2)
+        if exclude is not None:
+            logw[[i for i, n in enumerate(self.names) if n == exclude]] = -np.inf
+        if not self.programs or not np.isfinite(logw).any():
+            return np.zeros(self.programs), 0.0
+        u = np.exp(np.minimum(logw, 0.0))
+        mass = float(u.sum())
+        if mass <= 0:  # every weight underflowed: the most similar program leads
+            u = np.exp(logw - logw[np.isfinite(logw)].max())
+        return u / u.sum(), mass
+
+    def predict(self, configs: npt.ArrayLike, weights: F64) -> F64:
+        """[M] the weighted mean relative log runtime (0 = like the default)."""
+        if not self.programs or not weights.any():
+            return np.zeros(len(np.asarray(configs)))
+        vals, _ = self.values(configs)
+        return vals @ weights
+
+    def portfolio(
+        self,
+        configs: npt.ArrayLike,
+        weights: F64,
+        scores: npt.ArrayLike,
+        taken: Sequence[int] = (),
+        measured: npt.ArrayLike | None = None,
+    ) -> I64:
+        """Every index of ``configs`` not in ``taken``: greedy coverage first, then
+        exploration by spread scores (module docstring); ``scores`` (lower = better)
+        break ties and order the exploration. ``measured``: configs of this graph already
+        measured (exploration keeps away from them)."""
+        flat = np.asarray(configs, np.float32).reshape(len(np.asarray(configs)), -1)
+        score = np.asarray(scores, np.float64)
+        free = np.ones(len(flat), bool)
+        free[list(taken)] = False
+        order: list[int] = []
+        if self.programs and weights.any():
+            vals, _ = self.values(flat)
+            gains = np.maximum(0.0, -vals)  # log speedup over the default per program
+            cover = np.zeros(self.programs)
+            while free.any():
+                marginal = (np.maximum(gains, cover) - cover) @ weights
+                marginal[~free] = -np.inf
+                best = _argbest(marginal, score, free)
+                if marginal[best] < MIN_GAIN:
+                    break
+                order.append(best)
+                free[best] = False
+                cover = np.maximum(cover, gains[best])
+        seen = [flat[i] for i in order]
+        if measured is not None:
+            seen += list(np.asarray(measured, np.float32).reshape(-1, flat.shape[1]))
+        order += spread(flat, score, free, seen)
+        return np.asarray(order, np.int64)
+
+
+def spread(
+    configs: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    free: npt.NDArray[np.bool_] | None = None,
+    seen: Sequence[npt.ArrayLike] = (),
+) -> list[int]:
+    """The ``free`` indices (default all) in score order (lower first, ties by index),
+    skipping any within ``SPREAD`` options (L1 distance) of one ordered or ``seen``
+    before, then the skipped ones in score order: exploration without near-duplicates.
+    The default is not kept away from: winners are often one or two options from it."""
+    flat = np.asarray(configs, np.float32).reshape(len(np.asarray(configs)), -1)
+    score = np.asarray(scores, np.float64)
+    left = np.ones(len(flat), bool) if free is None else free.copy()
+    dist = np.full(len(flat), np.inf)
+    for s in seen:
+        dist = np.minimum(dist, np.abs(flat - np.asarray(s, np.float32).ravel()).sum(1))
+    order: list[int] = []
+    by_score = np.lexsort((np.arange(len(flat)), score))
+    for gap in (SPREAD, 0):
+        for i in by_score:
+            if left[i] and dist[i] >= gap:
+                order.append(int(i))
+                left[i] = False
+                dist = np.minimum(dist, np.abs(flat - flat[i]).sum(1))
+    return order
+
+
+def _vote(logs: F64, writers: npt.NDArray[np.str_] | None) -> float:
+    if writers is None:
+        return float(np.median(logs))
+    return float(np.median([np.median(logs[writers == w]) for w in np.unique(writers)]))
+
+
+def _argbest(primary: F64, tiebreak: F64, free: npt.NDArray[np.bool_]) -> int:
+    """The free index with the highest ``primary``; ties: lowest ``tiebreak``, then
+    lowest index."""
+    top = primary[free].max()
+    cands = np.flatnonzero(free & (primary >= top - 1e-12))
+    return int(cands[np.argmin(tiebreak[cands])])  # argmin: first of equals
+
+
+def _keys(rows: F32) -> npt.NDArray[np.void]:
+    arr = np.ascontiguousarray(np.asarray(rows, np.float32) + np.float32(0.0))
+    return arr.view(np.dtype((np.void, arr.shape[1] * 4))).ravel()
+
+
+def _additive(configs: F32, rel: F64, default: F32) -> F64:
+    """Ridge of relative log runtime on each option's distance from the default
+    (no intercept: the default is 0 by definition)."""
+    x = configs.astype(np.float64) - default
+    gram = x.T @ x + RIDGE * np.eye(x.shape[1])
+    return np.asarray(np.linalg.solve(gram, x.T @ rel), np.float64)
+
+
+def foreign(records: Sequence[ProgramRecord], target: str) -> list[ProgramRecord]:
+    """Another target's records as this one sees them: at ``FOREIGN_TRUST``, named
+    ``target/name`` (a program may be measured on both)."""
+    return [
+        replace(r, name=f"{target}/{r.name}", trust=r.trust * FOREIGN_TRUST)
+        for r in records
+    ]
+
+
+def save_seeds(path: str | Path, seeds: Mapping[str, Sequence[ProgramRecord]]) -> None:
+    """Write per-target records as one npz (no pickles): an artifact's seeds."""
+    recs = [(t, r) for t, rs in sorted(seeds.items()) for r in rs]
+    width = recs[0][1].configs.shape[1] if recs else 0
+    arrays = {
+        "target": np.array([t for t, _ in recs], dtype=str),
+        "name": np.array([r.name for _, r in recs], dtype=str),
+        "summary": np.stack([r.summary for _, r in recs]) if recs else np.zeros((0, OPCODES)),
+        "measurements": np.array([r.measurements for _, r in recs], np.int64),
+        "trust": np.array([r.trust for _, r in recs], np.float64),
+        "rows": np.array([len(r.rel) for _, r in recs], np.int64),
+        "configs": np.concatenate([r.configs for _, r in recs]) if recs else np.zeros((0, width), np.float32),
+        "rel": np.concatenate([r.rel for _, r in recs]) if recs else np.zeros(0),
+    }  # fmt: skip
+    with open(path, "wb") as f:
+        # numpy's stub types **kwds as its allow_pickle flag
+        np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
+
+
+def load_seeds(path: str | Path) -> dict[str, list[ProgramRecord]]:
+    """``save_seeds``' file back: target -> records."""
+    with np.load(path, allow_pickle=False) as z:
+        a = {k: z[k] for k in z.files}
+    out: dict[str, list[ProgramRecord]] = {}
+    ends = np.cumsum(a["rows"])
+    starts = ends - a["rows"]
+    for i, target in enumerate(a["target"].tolist()):
+        span = slice(int(starts[i]), int(ends[i]))
+        out.setdefault(str(target), []).append(
+            ProgramRecord(
+                str(a["name"][i]),
+                a["summary"][i].astype(np.float64),
+                a["configs"][span].astype(np.float32),
+                a["rel"][span].astype(np.float64),
+                int(a["measurements"][i]),
+                float(a["trust"][i]),
+            )
+        )
+    return out
