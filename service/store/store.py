@@ -191,20 +191,8 @@ class MeasurementStore:
             query = select(*(sub.c[c.name] for c in columns))
             query = query.where(sub.c.newest <= max(0, limit)).order_by(sub.c.id)
         with self._transaction("reading measurements") as conn:
-            rows = conn.execute(query).all()
-        configs = codec.decode_configs(
-            [bytes(r.config) for r in rows],
-            [r.config_dtype for r in rows],
-            [r.config_shape for r in rows],
-        )
-        scores = [math.nan if r.score is None else r.score for r in rows]
-        return Measured(
-            configs=configs,
-            runtimes_ns=np.array([r.runtime_ns for r in rows], dtype=np.int64),
-            scores=np.array(scores, dtype=np.float32),
-            ids=np.array([r.id for r in rows], dtype=np.int64),
-            writers=tuple(r.writer for r in rows),
-        )
+            rows = list(conn.execute(query).all())
+        return _measured(rows)
 
     def target_generation(self, collection: str, target: str) -> tuple[int, int]:
         """(count, max id) of every measurement of a (collection, target): changes

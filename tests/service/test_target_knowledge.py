@@ -11,7 +11,7 @@ import anyio
 import httpx
 import numpy as np
 import pytest
-from servicekit import REPO, AppClient, graph_json
+from servicekit import REPO, AppClient, graph_json, metric
 
 from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.knowledge import SPREAD
@@ -116,6 +116,28 @@ async def test_a_planted_effect_ranks_an_unseen_graph_per_target(
 ) -> None:
     client = await make_client(data_dir=tmp_path / "data")
     await check_planted(client)
+
+
+async def test_ranks_never_fit_the_knowledge(
+    make_client: AppClient, seedless: Path, tmp_path: Path
+) -> None:
+    """Fits happen in the refresher when measurements change, never in a rank."""
+    client = await make_client(data_dir=tmp_path / "data")
+    *seen, unseen = graphs()
+    await feed_target(client, "cpu-test-a", seen)
+    await learned(client, unseen, "cpu-test-a", len(seen))
+
+    async def fits() -> float:
+        text = (await client.get("/metrics")).text
+        name = "costmodel_knowledge_fit_duration_seconds_count"
+        return metric(text, name, model="xla_cpu")
+
+    before = await fits()
+    rows = xla_cpu.sample(32, seed=7)
+    for graph in (unseen, *seen[:3]):
+        await rank(client, graph, rows, "cpu-test-a", portfolio=True)
+    await anyio.sleep(0.3)  # a refresher tick or two: nothing changed, nothing refits
+    assert await fits() == before > 0
 
 
 async def test_the_same_on_sqlite_and_postgresql(
