@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 F64 = npt.NDArray[np.float64]
 Key = tuple[str, str, str]  # model, version, target
 SUMMARIES = 4096  # graph summaries kept (2 KiB each)
+MAX_TARGETS = 64  # (model, version, target) kept and polled per process
 
 
 class KnowledgeEvents(Protocol):
@@ -79,7 +80,9 @@ class TargetKnowledge:
         self.max_rows = max_rows
         self._entries: dict[Key, Entry] = {}
         self._unseen: dict[tuple[str, str], Entry] = {}  # per model version
-        self._wanted: dict[Key, _Want] = {}
+        # Targets are whatever clients name: the ones kept (and polled) are bounded,
+        # the least recently ranked for dropped first.
+        self._wanted: OrderedDict[Key, _Want] = OrderedDict()
         self._seeds: dict[tuple[str, str], dict[str, list[kn.ProgramRecord]]] = {}
         self._summaries: OrderedDict[str, F64] = OrderedDict()
         self._wake = asyncio.Event()
@@ -97,10 +100,15 @@ class TargetKnowledge:
             return None
         key = (runner.name, runner.version, target)
         found = self._entries.get(key)
+        if key in self._wanted:
+            self._wanted.move_to_end(key)
+        else:
+            self._wanted[key] = _Want(runner, target)
+            self._wake.set()
+            while len(self._wanted) > MAX_TARGETS:
+                dropped, _ = self._wanted.popitem(last=False)
+                self._entries.pop(dropped, None)
         if found is None:
-            if key not in self._wanted:
-                self._wanted[key] = _Want(runner, target)
-                self._wake.set()
             found = self._unseen.get((runner.name, runner.version))
         return found
 
@@ -150,7 +158,10 @@ class TargetKnowledge:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), period_s)
             self._wake.clear()
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:  # a bug must not end every later refresh
+                log.exception("target knowledge refresh failed")
 
     async def refresh(self) -> None:
         """Fit every wanted (model, version, target) that is new or whose
@@ -192,9 +203,11 @@ class TargetKnowledge:
             if found is not None:
                 records.append(found)
         seeds = self._seeded(want.runner)
-        self._entries[key] = await anyio.to_thread.run_sync(
+        fitted = await anyio.to_thread.run_sync(
             self._fit, want.runner, target, seeds, records, generation
         )
+        if key in self._wanted:  # not dropped for newer targets meanwhile
+            self._entries[key] = fitted
 
     # -- fitting (worker threads) -------------------------------------------------
 
