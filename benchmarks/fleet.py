@@ -257,7 +257,7 @@ def simulate_target(
                 ]
                 out = runs[h]
                 out["model"].append(model)
-                out["random"].append(_geomean(rnd))
+                out["random"].append(geomean(rnd))
                 out["fixed"].append(fixed_speedup(p, fixed_row(history)))
                 out["oracle"].append(float(p.runtimes[0] / p.runtimes.min()))
                 out["slow"].append(float(1.0 / model - 1.0 > REGRESSION))
@@ -269,9 +269,9 @@ def simulate_target(
         if not r["model"]:
             continue
         by_history.append({
-            "history": h, "K": K, "model": _geomean(r["model"]),
-            "random": _geomean(r["random"]), "fixed": _geomean(r["fixed"]),
-            "oracle": _geomean(r["oracle"]), "regressions": float(np.mean(r["slow"])),
+            "history": h, "K": K, "model": geomean(r["model"]),
+            "random": geomean(r["random"]), "fixed": geomean(r["fixed"]),
+            "oracle": geomean(r["oracle"]), "regressions": float(np.mean(r["slow"])),
             "runs": len(r["model"]),
         })  # fmt: skip
     return {"programs": len(programs),
@@ -279,7 +279,7 @@ def simulate_target(
             "by_history": by_history}  # fmt: skip
 
 
-def _geomean(values: Sequence[float]) -> float:
+def geomean(values: Sequence[float]) -> float:
     return float(np.exp(np.mean(np.log(values))))
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from xla_costmodel.benchmarks.fleet import geomean
 from xla_costmodel.benchmarks.procs import free_port
 from xla_costmodel.clients.xla import probe
 from xla_costmodel.clients.xla.measure import Protocol, measure
@@ -114,10 +115,6 @@ def remeasure(
     return {
         s: at[json.dumps(o, sort_keys=True)] if o else 1.0 for s, o in choices.items()
     }
-
-
-def geomean(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values))))
 
 
 def main() -> None:

@@ -23,7 +23,9 @@ def test_every_setting_is_in_the_readme() -> None:
 
 
 def test_every_serve_flag_is_in_the_readme() -> None:
-    result = CliRunner().invoke(cli.build_app(), ["serve", "--help"], terminal_width=200)
+    result = CliRunner().invoke(
+        cli.build_app(), ["serve", "--help"], terminal_width=200
+    )
     assert result.exit_code == 0, result.output
     flags = set(re.findall(r"(--[a-z][a-z-]+)", result.output)) - {"--help"}
     assert {"--host", "--port", "--workers"} <= flags

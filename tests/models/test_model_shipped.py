@@ -96,7 +96,9 @@ def test_shipped_checkpoint_is_the_artifacts_model(
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
 
 
-def test_shipped_xla_cpu_model_names_its_cpus_and_holds_out_families_and_targets() -> None:
+def test_shipped_xla_cpu_model_names_its_cpus_and_holds_out_families_and_targets() -> (
+    None
+):
     """Trained on every collected program of every target (CPU), with metrics from
     cross-validation leaving families and targets out, every target listed, and
     per-target knowledge seeds shipped beside it."""
@@ -113,7 +115,9 @@ def test_shipped_xla_cpu_model_names_its_cpus_and_holds_out_families_and_targets
             side = json.loads(p.read_text())
             if side["status"] == "ok":
                 ok[sidecar_target(folder), side["name"]] = side
-    trained = {(Path(f).parent.name, Path(f).stem) for f in manifest.training["data_files"]}
+    trained = {
+        (Path(f).parent.name, Path(f).stem) for f in manifest.training["data_files"]
+    }
     assert trained == {(f.name, n) for f in folders for (t, n) in ok if t == f.name}
     targets = sorted({t for t, _ in ok})
     assert manifest.targets == targets and manifest.target in targets
