@@ -158,12 +158,11 @@ class Knowledge:
             tuple(r.measurements for r in kept),
         )  # fmt: skip
 
-    def values(self, configs: npt.ArrayLike) -> tuple[F64, npt.NDArray[np.bool_]]:
-        """[M, P] each program's value for each config, and where it is measured."""
+    def values(self, configs: npt.ArrayLike) -> F64:
+        """[M, P] each program's value for each config (measured, else its guess)."""
         flat = np.asarray(configs, np.float32).reshape(len(np.asarray(configs)), -1)
         guess = (flat.astype(np.float64) - self.default_row) @ self.coef.T
         out = UNMEASURED * guess
-        known = np.zeros(out.shape, bool)
         if self.keys.size:
             q = _keys(flat)
             lo = np.searchsorted(self.keys, q, side="left")
@@ -171,8 +170,7 @@ class Knowledge:
             for m in np.flatnonzero(hi > lo):
                 span = slice(lo[m], hi[m])
                 out[m, self.key_program[span]] = self.key_rel[span]
-                known[m, self.key_program[span]] = True
-        return out, known
+        return out
 
     def weights(
         self,
@@ -192,7 +190,7 @@ class Knowledge:
             cfg = np.asarray(measured[0], np.float32).reshape(len(rel), -1)
             informative = ~(cfg == self.default_row).all(1)  # the default is 0 anyway
             if informative.any():
-                vals, _ = self.values(cfg[informative])
+                vals = self.values(cfg[informative])
                 # A Gaussian likelihood of what this graph measured under each
                 # program's values: every measurement adds evidence.
                 err = np.sum((vals - rel[informative, None]) ** 2, axis=0)
@@ -211,7 +209,7 @@ class Knowledge:
         """[M] the weighted mean relative log runtime (0 = like the default)."""
         if not self.programs or not weights.any():
             return np.zeros(len(np.asarray(configs)))
-        vals, _ = self.values(configs)
+        vals = self.values(configs)
         return vals @ weights
 
     def portfolio(
@@ -232,7 +230,7 @@ class Knowledge:
         free[list(taken)] = False
         order: list[int] = []
         if self.programs and weights.any():
-            vals, _ = self.values(flat)
+            vals = self.values(flat)
             gains = np.maximum(0.0, -vals)  # log speedup over the default per program
             cover = np.zeros(self.programs)
             while free.any():

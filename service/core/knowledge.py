@@ -143,8 +143,9 @@ class TargetKnowledge:
                 self._wanted.setdefault((*version, target), _Want(runner, target))
         await self.refresh()
 
-    def start(self, period_s: float) -> None:
+    def start(self, period_s: float) -> asyncio.Task[None]:
         self._task = asyncio.get_running_loop().create_task(self.run(period_s))
+        return self._task
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -155,8 +156,12 @@ class TargetKnowledge:
 
     async def run(self, period_s: float) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+            # cancellation that races a wake-up (feedback just before shutdown),
+            # and the task would then never end.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), period_s)
+                async with asyncio.timeout(period_s):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.refresh()

@@ -78,6 +78,16 @@ def graph_json(sample: Sample) -> dict[str, Any]:
     return body
 
 
+def program(seed: int, nodes: int = 10) -> dict[str, Any]:
+    """A small graph as JSON (any graph will do for an xla_cpu model)."""
+    rng = np.random.default_rng(seed)
+    return {
+        "node_feat": rng.random((nodes, 140), dtype=np.float32).tolist(),
+        "node_opcode": rng.integers(1, 120, nodes).tolist(),
+        "edge_index": [[i, i - 1] for i in range(1, nodes)],
+    }
+
+
 def npz_bytes(**arrays: Any) -> bytes:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)

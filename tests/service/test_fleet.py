@@ -10,9 +10,8 @@ from typing import Any
 
 import anyio
 import httpx
-import numpy as np
 import pytest
-from servicekit import AppClient, metric
+from servicekit import AppClient, metric, program
 
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.fleet import OTHER, FleetGain, FleetSnapshot, summarise
@@ -20,16 +19,6 @@ from xla_costmodel.service.store.summary import GraphSummary
 from xla_costmodel.tpugraphs import xla_cpu
 
 pytestmark = pytest.mark.anyio
-
-
-def program(seed: int, nodes: int = 10) -> dict[str, Any]:
-    """A small graph as JSON (any graph will do for an xla_cpu model)."""
-    rng = np.random.default_rng(seed)
-    return {
-        "node_feat": rng.random((nodes, 140), dtype=np.float32).tolist(),
-        "node_opcode": rng.integers(1, 120, nodes).tolist(),
-        "edge_index": [[i, i - 1] for i in range(1, nodes)],
-    }
 
 
 async def tuned(

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
-from servicekit import REPO, ServiceProcess, free_port
+from servicekit import REPO, ServiceProcess, free_port, program
 
 from xla_costmodel.benchmarks.prometheus import PrometheusServer
 from xla_costmodel.tpugraphs import xla_cpu
@@ -49,15 +48,6 @@ def serve(tmp_path: Path, model_dir: Path) -> Iterator[ServiceProcess]:
 def prometheus(tmp_path: Path, serve: ServiceProcess) -> Iterator[PrometheusServer]:
     with PrometheusServer(tmp_path, [f"127.0.0.1:{serve.port}"], 1.0) as prom:
         yield prom
-
-
-def program(seed: int, nodes: int = 10) -> dict[str, Any]:
-    rng = np.random.default_rng(seed)
-    return {
-        "node_feat": rng.random((nodes, 140), dtype=np.float32).tolist(),
-        "node_opcode": rng.integers(1, 120, nodes).tolist(),
-        "edge_index": [[i, i - 1] for i in range(1, nodes)],
-    }
 
 
 def rank_and_measure(
