@@ -102,8 +102,9 @@ def run(plan: Plan, log: Any = print, ray: bool = False) -> dict[str, Any]:
         soak.seconds = plan.soak_s
         crew.stop()
         found = stored_runtimes(cluster.postgres.url)
-    phases = [p.summary() for p in recorder.phases
-              if p.name not in ("startup", "restart")]  # fmt: skip
+    phases = [
+        p.summary() for p in recorder.phases if p.name not in ("startup", "restart")
+    ]
     result = report(plan, phases, ledger, found, soak.fault)
     result["skipped"] = skipped
     result["wall_s"] = round(time.monotonic() - started, 1)
@@ -152,8 +153,17 @@ def start_cluster(
     workload = Workload(
         "tile", raw, [prepare_graph(g) for g in raw], tile.configs, token=token
     )
-    return Cluster(redis, postgres, server, model_dir, "tile", plan.clients,
-                   workload, recorder, ledger)  # fmt: skip
+    return Cluster(
+        redis,
+        postgres,
+        server,
+        model_dir,
+        "tile",
+        plan.clients,
+        workload,
+        recorder,
+        ledger,
+    )
 
 
 def create_writer(database_url: str) -> str:
@@ -190,10 +200,11 @@ def server_counters(url: str) -> dict[str, float]:
             if family.name != wanted:
                 continue
             out[name] += sum(
-                s.value for s in family.samples
+                s.value
+                for s in family.samples
                 if s.name.endswith("_total")
                 and all(s.labels.get(k) == v for k, v in labels.items())
-            )  # fmt: skip
+            )
     return out
 
 
@@ -211,8 +222,11 @@ def measure_rss(pid: int, seconds: float) -> dict[str, Any]:
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         peak = max(peak, rss_mb(pid))
     end = rss_mb(pid)
-    return {"rss_mb_start": round(start, 1), "rss_mb_end": round(end, 1),
-            "rss_mb_peak": round(max(peak, end), 1)}  # fmt: skip
+    return {
+        "rss_mb_start": round(start, 1),
+        "rss_mb_end": round(end, 1),
+        "rss_mb_peak": round(max(peak, end), 1),
+    }
 
 
 def stored_runtimes(database_url: str) -> dict[int, int]:

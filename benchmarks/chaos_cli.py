@@ -57,16 +57,33 @@ def print_table(result: dict[str, Any], console: Console) -> None:
         f"max in flight {result['max_inflight']})"
     )
     table = Table(title=title)
-    columns = ("phase", "requests", "errors", "p50 ms", "p99 ms", "503s",
-               "with Retry-After", "500s", "other 5xx", "what happened")  # fmt: skip
+    columns = (
+        "phase",
+        "requests",
+        "errors",
+        "p50 ms",
+        "p99 ms",
+        "503s",
+        "with Retry-After",
+        "500s",
+        "other 5xx",
+        "what happened",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column[0] in "pw" else "right")
     for p in result["phases"]:
         table.add_row(
-            p["name"], str(p["requests"]), str(p["errors"]), _ms(p["p50_ms"]),
-            _ms(p["p99_ms"]), str(p["503s"]), str(p["retry_after"]), str(p["500s"]),
-            str(p["other_5xx"]), _fault({**p["fault"], **_felt(p["server"])}),
-        )  # fmt: skip
+            p["name"],
+            str(p["requests"]),
+            str(p["errors"]),
+            _ms(p["p50_ms"]),
+            _ms(p["p99_ms"]),
+            str(p["503s"]),
+            str(p["retry_after"]),
+            str(p["500s"]),
+            str(p["other_5xx"]),
+            _fault({**p["fault"], **_felt(p["server"])}),
+        )
     console.print(table)
     lost = result["feedback_lost"]
     console.print(

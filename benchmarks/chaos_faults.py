@@ -77,8 +77,16 @@ class CostmodelServe(ServiceServer):
 
     def command(self) -> list[str]:
         entry = "from xla_costmodel.cli import main; main()"
-        return [sys.executable, "-c", entry, "serve",
-                "--host", LOOPBACK, "--port", str(self.port)]  # fmt: skip
+        return [
+            sys.executable,
+            "-c",
+            entry,
+            "serve",
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+        ]
 
 
 @dataclass
@@ -155,9 +163,12 @@ def model_reloaded(cluster: Cluster, seconds: float) -> dict[str, Any]:
     refused, and the good one keep serving)."""
     t0 = time.monotonic()
     versions = sorted(
-        (int(p.name) for p in (cluster.model_dir / cluster.model).iterdir()
-         if p.name.isdigit()),
-    )  # fmt: skip
+        (
+            int(p.name)
+            for p in (cluster.model_dir / cluster.model).iterdir()
+            if p.name.isdigit()
+        ),
+    )
     good, corrupt = str(versions[-1] + 1), str(versions[-1] + 2)
     time.sleep(seconds / 4)
     add_version(cluster.model_dir, cluster.model, str(versions[-1]), good)

@@ -254,9 +254,12 @@ class Crew:
         rng = np.random.default_rng(index)
         transport = CountingTransport(self.recorder)
         with CostModelClient(
-            self.url, timeout=10.0, retry=CHAOS_RETRY, transport=transport,
+            self.url,
+            timeout=10.0,
+            retry=CHAOS_RETRY,
+            transport=transport,
             token=w.token or "",
-        ) as client:  # fmt: skip
+        ) as client:
             for i in itertools.count(index):
                 if self._stop.is_set():
                     return
@@ -267,18 +270,25 @@ class Crew:
                 rows = pool[rng.choice(pool.shape[0], size=w.batch, replace=False)]
                 ranked = self._timed(
                     "rank",
-                    partial(client.rank, w.model, graph, rows,
-                            deadline=w.rank_deadline_s),
-                )  # fmt: skip
+                    partial(
+                        client.rank, w.model, graph, rows, deadline=w.rank_deadline_s
+                    ),
+                )
                 if ranked is None:
                     continue
                 top = list(ranked.top_k[: w.feedback_rows])
                 runtimes = self.ledger.reserve(len(top))
                 answer = self._timed(
                     "feedback",
-                    partial(client.feedback, w.model, graph, runtimes,
-                            configs=rows[top], deadline=w.feedback_deadline_s),
-                )  # fmt: skip
+                    partial(
+                        client.feedback,
+                        w.model,
+                        graph,
+                        runtimes,
+                        configs=rows[top],
+                        deadline=w.feedback_deadline_s,
+                    ),
+                )
                 if answer is not None:
                     self.ledger.acknowledge(runtimes, answer.stored)
 

@@ -82,8 +82,11 @@ def kill_one_replica() -> str:
 
 def replica_killed(cluster: Cluster, seconds: float) -> dict[str, Any]:
     """Clients on the replicas for ``seconds``; one replica killed a quarter in."""
-    env = {k: v for k, v in cluster.server.settings_env.items()
-           if k.startswith("COSTMODEL_")}  # fmt: skip
+    env = {
+        k: v
+        for k, v in cluster.server.settings_env.items()
+        if k.startswith("COSTMODEL_")
+    }
     started = time.monotonic()
     with serve_replicas(env) as url:
         startup_s = time.monotonic() - started
@@ -97,6 +100,9 @@ def replica_killed(cluster: Cluster, seconds: float) -> dict[str, Any]:
             replicas_after = len(replica_names())
         finally:
             crew.stop()
-    return {"replicas": REPLICAS, "killed": victim,
-            "replicas_at_end": replicas_after,
-            "startup_s": round(startup_s, 1)}  # fmt: skip
+    return {
+        "replicas": REPLICAS,
+        "killed": victim,
+        "replicas_at_end": replicas_after,
+        "startup_s": round(startup_s, 1),
+    }

@@ -67,8 +67,11 @@ def bench(
 
     plan = PLANS["smoke" if smoke else "quick" if quick else "full"]
     if clients is not None or load_seconds is not None:
-        load = replace(plan.load, clients=clients or plan.load.clients,
-                       seconds=load_seconds or plan.load.seconds)  # fmt: skip
+        load = replace(
+            plan.load,
+            clients=clients or plan.load.clients,
+            seconds=load_seconds or plan.load.seconds,
+        )
         plan = replace(plan, load=load)
     console = Console(stderr=True)
     opts = Options(

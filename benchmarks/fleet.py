@@ -85,8 +85,16 @@ def load_target(folder: Path) -> list[SimProgram]:
         if p.round_min is None:
             continue
         graph = load_npz(p.path, XLA_CPU.name).graph
-        out.append(SimProgram(p.name, p.family, p.configs, p.runtimes, p.round_min,
-                              summarize(graph.node_opcode)))  # fmt: skip
+        out.append(
+            SimProgram(
+                p.name,
+                p.family,
+                p.configs,
+                p.runtimes,
+                p.round_min,
+                summarize(graph.node_opcode),
+            )
+        )
     return out
 
 
@@ -120,8 +128,13 @@ class Tuner:
 
     def stored(self) -> ProgramRecord | None:
         """What the service holds after this run's feedback."""
-        return record(self.p.name, self.p.summary, self.p.configs[self.rows],
-                      self.times, self.p.configs[0])  # fmt: skip
+        return record(
+            self.p.name,
+            self.p.summary,
+            self.p.configs[self.rows],
+            self.times,
+            self.p.configs[0],
+        )
 
     def finish(self) -> int:
         """The final decision (``Rounds.decide``): the ``CONFIRM`` configs fastest
@@ -161,9 +174,17 @@ def tune_model(
         t.round()
         rows = np.asarray(t.rows)
         measured = Measured(program.configs[rows], np.asarray(t.times))
-        shaped = blend(program.configs, prior, knowledge, program.summary, measured,
-                       foreign=foreign, prior_of=None if prior is None else prior_of,
-                       portfolio=step.explore > 0, exclude=program.name)  # fmt: skip
+        shaped = blend(
+            program.configs,
+            prior,
+            knowledge,
+            program.summary,
+            measured,
+            foreign=foreign,
+            prior_of=None if prior is None else prior_of,
+            portfolio=step.explore > 0,
+            exclude=program.name,
+        )
         ranking = np.argsort(shaped.scores, kind="stable")
         portfolio = None if shaped.portfolio is None else list(shaped.portfolio)
         for i in policy.pick(list(ranking), portfolio, step, sorted(taken)):
@@ -186,8 +207,10 @@ def tune_random(program: SimProgram, rng: np.random.Generator) -> int:
 def fixed_row(history: Sequence[SimProgram]) -> F32 | None:
     if not history:
         return None
-    progs = [recipe.Program(p.name, p.family, Path(), p.configs, p.runtimes, 0.0, None)
-             for p in history]  # fmt: skip
+    progs = [
+        recipe.Program(p.name, p.family, Path(), p.configs, p.runtimes, 0.0, None)
+        for p in history
+    ]
     return recipe.fixed_row(progs)[0]
 
 
@@ -212,8 +235,14 @@ def foreign_records(
         if name == target:
             continue
         for p in programs:
-            rec = record(f"{name}/{p.name}", p.summary, p.configs, p.runtimes,
-                         p.configs[0], FOREIGN_TRUST)  # fmt: skip
+            rec = record(
+                f"{name}/{p.name}",
+                p.summary,
+                p.configs,
+                p.runtimes,
+                p.configs[0],
+                FOREIGN_TRUST,
+            )
             if rec is not None:
                 out.append((p.family, rec))
     return out
@@ -229,7 +258,10 @@ def simulate_target(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     default = programs[0].configs[0]
-    runs: dict[int, dict[str, list[float]]] = {h: {"model": [], "random": [], "fixed": [], "oracle": [], "slow": []} for h in histories}  # fmt: skip
+    runs: dict[int, dict[str, list[float]]] = {
+        h: {"model": [], "random": [], "fixed": [], "oracle": [], "slow": []}
+        for h in histories
+    }
     for o in range(orders):
         rng = np.random.default_rng([seed, o])
         order = [programs[i] for i in rng.permutation(len(programs))]
@@ -268,15 +300,23 @@ def simulate_target(
         r = runs[h]
         if not r["model"]:
             continue
-        by_history.append({
-            "history": h, "K": K, "model": geomean(r["model"]),
-            "random": geomean(r["random"]), "fixed": geomean(r["fixed"]),
-            "oracle": geomean(r["oracle"]), "regressions": float(np.mean(r["slow"])),
-            "runs": len(r["model"]),
-        })  # fmt: skip
-    return {"programs": len(programs),
-            "families": len({p.family for p in programs}),
-            "by_history": by_history}  # fmt: skip
+        by_history.append(
+            {
+                "history": h,
+                "K": K,
+                "model": geomean(r["model"]),
+                "random": geomean(r["random"]),
+                "fixed": geomean(r["fixed"]),
+                "oracle": geomean(r["oracle"]),
+                "regressions": float(np.mean(r["slow"])),
+                "runs": len(r["model"]),
+            }
+        )
+    return {
+        "programs": len(programs),
+        "families": len({p.family for p in programs}),
+        "by_history": by_history,
+    }
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -291,10 +331,16 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
             continue
         rows = t["by_history"]
         out[name] = {
-            "model_ge_random_and_fixed": all(r["model"] >= max(r["random"], r["fixed"]) for r in rows),
-            "half_oracle_gain_from_h10": all(r["model"] - 1 >= 0.5 * (r["oracle"] - 1) for r in rows if r["history"] >= 10),
+            "model_ge_random_and_fixed": all(
+                r["model"] >= max(r["random"], r["fixed"]) for r in rows
+            ),
+            "half_oracle_gain_from_h10": all(
+                r["model"] - 1 >= 0.5 * (r["oracle"] - 1)
+                for r in rows
+                if r["history"] >= 10
+            ),
             "regressions_le_1pct": all(r["regressions"] <= 0.01 for r in rows),
-        }  # fmt: skip
+        }
     return out
 
 
@@ -318,18 +364,24 @@ def simulate(
                 :: max(1, len(programs) // 12)
             ]
         result["targets"][name] = simulate_target(
-            programs, foreign_records(found, name), None if priors is None else priors.get(name),
-            3 if quick else orders, (0, 5) if quick else HISTORIES, seed,
+            programs,
+            foreign_records(found, name),
+            None if priors is None else priors.get(name),
+            3 if quick else orders,
+            (0, 5) if quick else HISTORIES,
+            seed,
             None if progress is None else (lambda m, n=name: progress(f"{n}: {m}")),
-        )  # fmt: skip
+        )
     result["goals"] = goals(result)
     result["wall_s"] = round(time.monotonic() - start, 1)
     return result
 
 
 def format_result(result: dict[str, Any]) -> str:
-    lines = ["| target | programs | families | h | model | random | fixed | oracle | regressions |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| target | programs | families | h | model | random | fixed | oracle | regressions |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, t in result["targets"].items():
         for r in t["by_history"]:
             lines.append(
@@ -349,8 +401,9 @@ def priors(data: Path, runs: Path, console: Console) -> dict[str, dict[str, F32]
     whole target out (``xla_cpu_recipe``'s target folds, from the cross-validation
     ``make train-xla-cpu`` ran and cached in ``runs``, or run now)."""
     programs = recipe.load_programs(data)
-    folds = recipe.cross_validate(programs, recipe.recipe_config(), runs, console,
-                                  kinds=("target",))  # fmt: skip
+    folds = recipe.cross_validate(
+        programs, recipe.recipe_config(), runs, console, kinds=("target",)
+    )
     out: dict[str, dict[str, F32]] = {}
     for fold in folds:
         for key, scores in fold.scores.items():
@@ -387,8 +440,14 @@ def simulate_cli(
     """Fleet simulation: tuning each target's programs after others were tuned."""
     console = Console(stderr=True, quiet=json_)
     found = None if quick or not prior else priors(data, runs, console)
-    result = simulate(data, quick=quick, orders=orders, seed=seed, priors=found,
-                      progress=None if json_ else console.print)  # fmt: skip
+    result = simulate(
+        data,
+        quick=quick,
+        orders=orders,
+        seed=seed,
+        priors=found,
+        progress=None if json_ else console.print,
+    )
     result["prior"] = found is not None
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -119,9 +119,13 @@ def in_process(
     }
     out: dict[str, Any] = {"raw_scorer_configs_per_s": raw.rate(len(configs))}
     eager = torch_eager.tile_scorer(
-        tile_dir, tile.main.graph, configs,
-        runner.score(embedding, configs), plan.torch, opts.threads,
-    )  # fmt: skip
+        tile_dir,
+        tile.main.graph,
+        configs,
+        runner.score(embedding, configs),
+        plan.torch,
+        opts.threads,
+    )
     out.update(eager.figures(len(configs)))
     encoder_runner = inproc.open_runner(
         latest(opts.model_dir, opts.layout_model), opts.threads
@@ -190,9 +194,15 @@ def served(
         out["server_rss_mb_after_http"] = rss_mb(server.pid)
         log("peers: raw onnxruntime, ours, KServe; fixed cost; 1 vs 2 workers")
         peers = peers_phase.peer_figures(
-            plan, latest(opts.model_dir, opts.tile_model), tile.main.graph,
-            tile.main_configs, server.url, server_env(opts, redis.url), workdir, log,
-        )  # fmt: skip
+            plan,
+            latest(opts.model_dir, opts.tile_model),
+            tile.main.graph,
+            tile.main_configs,
+            server.url,
+            server_env(opts, redis.url),
+            workdir,
+            log,
+        )
         out.update(peers)
         log("layout: cold, cached, all configs, Redis hit")
         out.update(layout_figures(plan, opts, layout, server.url, redis, workdir))

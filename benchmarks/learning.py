@@ -98,13 +98,31 @@ class Plan:
 PLANS = {
     # TILE_EPOCHS is the shipped recipe; the quick run keeps it (a fold trains in
     # about a second) and holds out 3 kernels, fusion.191 among them.
-    "full": Plan("full", None, TILE_EPOCHS, long_rounds=10, unet_rounds=10,
-                 headline_seeds=10, fit_repeats=101, rank_repeats=100,
-                 feedback_repeats=200, warmup=3),
-    "quick": Plan("quick", 3, TILE_EPOCHS, long_rounds=5, unet_rounds=4,
-                  headline_seeds=3, fit_repeats=11, rank_repeats=8,
-                  feedback_repeats=10, warmup=1),
-}  # fmt: skip
+    "full": Plan(
+        "full",
+        None,
+        TILE_EPOCHS,
+        long_rounds=10,
+        unet_rounds=10,
+        headline_seeds=10,
+        fit_repeats=101,
+        rank_repeats=100,
+        feedback_repeats=200,
+        warmup=3,
+    ),
+    "quick": Plan(
+        "quick",
+        3,
+        TILE_EPOCHS,
+        long_rounds=5,
+        unet_rounds=4,
+        headline_seeds=3,
+        fit_repeats=11,
+        rank_repeats=8,
+        feedback_repeats=10,
+        warmup=1,
+    ),
+}
 
 
 def metadata() -> dict[str, Any]:
@@ -136,15 +154,19 @@ def cpu_info() -> tuple[str, list[str]]:
             fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    flags = sorted(f for f in fields.get("flags", "").split()
-                   if f in ("avx", "avx2", "fma") or f.startswith("avx512"))  # fmt: skip
+    flags = sorted(
+        f
+        for f in fields.get("flags", "").split()
+        if f in ("avx", "avx2", "fma") or f.startswith("avx512")
+    )
     return fields.get("model name") or platform.processor() or "unknown", flags
 
 
 def _git(*args: str) -> str:
     try:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True,
-                              text=True, timeout=10)  # fmt: skip
+        done = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""
@@ -154,9 +176,14 @@ def service_env(
     model_dir: Path, models: str, redis_url: str, data: Path | str
 ) -> dict[str, str]:
     """``data``: a SQLite data directory, or a database URL."""
-    env = {"COSTMODEL_MODEL_DIR": str(model_dir), "COSTMODEL_MODELS": models,
-           "COSTMODEL_REDIS_URL": redis_url, "COSTMODEL_LOG_LEVEL": "WARNING",
-           "COSTMODEL_INTRA_OP_THREADS": "1", "COSTMODEL_REDIS_TIMEOUT_S": "2"}  # fmt: skip
+    env = {
+        "COSTMODEL_MODEL_DIR": str(model_dir),
+        "COSTMODEL_MODELS": models,
+        "COSTMODEL_REDIS_URL": redis_url,
+        "COSTMODEL_LOG_LEVEL": "WARNING",
+        "COSTMODEL_INTRA_OP_THREADS": "1",
+        "COSTMODEL_REDIS_TIMEOUT_S": "2",
+    }
     if isinstance(data, Path):
         data.mkdir(parents=True, exist_ok=True)
         env["COSTMODEL_DATA_DIR"] = str(data)
@@ -180,9 +207,13 @@ def run(plan: Plan, shared: Path, log: Log) -> dict[str, Any]:
     ):
         work = Path(tmp)
         kernels = learning_tile.train_models(
-            shared, work / "artifacts", work / "runs", plan.kernels,
-            plan.tile_epochs, log,
-        )  # fmt: skip
+            shared,
+            work / "artifacts",
+            work / "runs",
+            plan.kernels,
+            plan.tile_epochs,
+            log,
+        )
         redis = stack.enter_context(RedisServer(work)).url
         log(f"tile: one service with {len(kernels)} models; replay")
         models = ",".join(k.model for k in kernels)
@@ -199,10 +230,14 @@ def run(plan: Plan, shared: Path, log: Log) -> dict[str, Any]:
             )
         log("feedback timing: a SQLite service and a PostgreSQL service")
         pg = stack.enter_context(PostgresServer(work)).url
-        envs = {"sqlite": service_env(SHIPPED_MODELS, "layout", redis, work / "fb"),
-                "postgresql": service_env(SHIPPED_MODELS, "layout", redis, pg)}  # fmt: skip
-        urls = {db: stack.enter_context(ServiceServer(work, e)).url
-                for db, e in envs.items()}  # fmt: skip
+        envs = {
+            "sqlite": service_env(SHIPPED_MODELS, "layout", redis, work / "fb"),
+            "postgresql": service_env(SHIPPED_MODELS, "layout", redis, pg),
+        }
+        urls = {
+            db: stack.enter_context(ServiceServer(work, e)).url
+            for db, e in envs.items()
+        }
         timings["feedback"] = learning_timing.feedback_timing(
             urls, "layout", unet, plan.feedback_repeats, plan.warmup
         )

@@ -105,8 +105,13 @@ def curve(
     client: CostModelClient, shared: Path, rounds: int, budget: int
 ) -> dict[str, Any]:
     """The replay loop on unet; per round the strategies' slowdowns and taus."""
-    replayer = Replayer(client, Budget(count=budget), model=LAYOUT_MODEL,
-                        rounds=rounds, target=CURVE_TARGET)  # fmt: skip
+    replayer = Replayer(
+        client,
+        Budget(count=budget),
+        model=LAYOUT_MODEL,
+        rounds=rounds,
+        target=CURVE_TARGET,
+    )
     graph = replayer.run([shared / UNET]).graphs[0]
     assert graph.rounds is not None
     return {
@@ -119,8 +124,15 @@ def curve(
 
 
 def _round_row(r: Any) -> dict[str, Any]:
-    keys: Sequence[str] = ("round", "measured", "adapted", "slowdown",
-                           "model_slowdown", "random_slowdown", "per_graph_slowdown")  # fmt: skip
+    keys: Sequence[str] = (
+        "round",
+        "measured",
+        "adapted",
+        "slowdown",
+        "model_slowdown",
+        "random_slowdown",
+        "per_graph_slowdown",
+    )
     row = {k: getattr(r, k) for k in keys}
     row["kendall_tau_unmeasured"] = r.kendall_tau_unmeasured
     return row

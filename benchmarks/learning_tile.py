@@ -42,9 +42,13 @@ class Kernel:
 
 
 def train_models(
-    shared: Path, artifacts: Path, runs: Path, kernels: int | None, epochs: int,
+    shared: Path,
+    artifacts: Path,
+    runs: Path,
+    kernels: int | None,
+    epochs: int,
     log: Log,
-) -> list[Kernel]:  # fmt: skip
+) -> list[Kernel]:
     """Train and export one model per held-out kernel; ``kernels`` None: all."""
     from rich.console import Console
 
@@ -63,8 +67,13 @@ def train_models(
     for i, (train, test) in enumerate(folds):
         log(f"tile: training tile-loko-{i} without {', '.join(p.stem for p in test)}")
         result = fit(train, [], tile_config(0, epochs), runs / f"fold{i}", quiet)
-        export_artifact(result, artifacts / f"tile-loko-{i}" / "1",
-                        name=f"tile-loko-{i}", version="1", target=TILE_TARGET)  # fmt: skip
+        export_artifact(
+            result,
+            artifacts / f"tile-loko-{i}" / "1",
+            name=f"tile-loko-{i}",
+            version="1",
+            target=TILE_TARGET,
+        )
         out.append(Kernel(i, list(test), len(train)))
     return out
 
@@ -82,9 +91,13 @@ def _quiet_exporter() -> None:
 
 
 def replay_kernels(
-    client: CostModelClient, kernels: Sequence[Kernel], rounds: int, budget: int,
-    target: str, min_configs: int = 0,
-) -> list[dict[str, Any]]:  # fmt: skip
+    client: CostModelClient,
+    kernels: Sequence[Kernel],
+    rounds: int,
+    budget: int,
+    target: str,
+    min_configs: int = 0,
+) -> list[dict[str, Any]]:
     """Replay each held-out file with its own model; one row per file."""
     rows = []
     for kernel in kernels:
@@ -92,26 +105,38 @@ def replay_kernels(
             sample = load_npz(path)
             if sample.num_configs < min_configs:
                 continue
-            replayer = Replayer(client, Budget(count=budget), model=kernel.model,
-                                rounds=rounds, target=target)  # fmt: skip
+            replayer = Replayer(
+                client,
+                Budget(count=budget),
+                model=kernel.model,
+                rounds=rounds,
+                target=target,
+            )
             graph = replayer.run([path]).graphs[0]
             assert graph.rounds is not None
             d = default_config(sample)
             best = float(sample.runtimes.min())
-            rows.append({
-                "kernel": path.stem,
-                "model": kernel.model,
-                "configs": sample.num_configs,
-                "default_config": d,
-                "default_slowdown": None if d is None
-                else float(sample.runtimes[d]) / best - 1.0,
-                "feedback_stored": graph.feedback_stored,
-                "rounds": [
-                    {"round": r.round, "measured": r.measured, "adapted": r.adapted,
-                     **{k: getattr(r, k) for k in STRATEGIES}}
-                    for r in graph.rounds
-                ],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "kernel": path.stem,
+                    "model": kernel.model,
+                    "configs": sample.num_configs,
+                    "default_config": d,
+                    "default_slowdown": None
+                    if d is None
+                    else float(sample.runtimes[d]) / best - 1.0,
+                    "feedback_stored": graph.feedback_stored,
+                    "rounds": [
+                        {
+                            "round": r.round,
+                            "measured": r.measured,
+                            "adapted": r.adapted,
+                            **{k: getattr(r, k) for k in STRATEGIES},
+                        }
+                        for r in graph.rounds
+                    ],
+                }
+            )
     return rows
 
 
@@ -161,11 +186,18 @@ def run(
     client: CostModelClient, kernels: Sequence[Kernel], plan: Any
 ) -> dict[str, Any]:
     """Short curve on every held-out kernel, long curve on the big ones."""
-    rows = replay_kernels(client, kernels, plan.tile_rounds, plan.tile_budget,
-                          TILE_TARGET)  # fmt: skip
+    rows = replay_kernels(
+        client, kernels, plan.tile_rounds, plan.tile_budget, TILE_TARGET
+    )
     means = round_means(rows, plan.tile_rounds, plan.tile_budget)
-    long_rows = replay_kernels(client, kernels, plan.long_rounds, plan.tile_budget,
-                               LONG_TARGET, plan.long_min_configs)  # fmt: skip
+    long_rows = replay_kernels(
+        client,
+        kernels,
+        plan.long_rounds,
+        plan.tile_budget,
+        LONG_TARGET,
+        plan.long_min_configs,
+    )
     return {
         "protocol": {
             "method": "leave-one-kernel-out (xla_costmodel.models.crossval.kernel_folds), shipped "

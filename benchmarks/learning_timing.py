@@ -80,25 +80,41 @@ def synthetic_configs(
 
 
 def fit_timing(
-    configs: npt.NDArray[np.float32], runtimes: npt.NDArray[np.int64],
-    prior: npt.NDArray[np.float64], repeats: int, warmup: int, workdir: Path,
-) -> dict[str, Any]:  # fmt: skip
+    configs: npt.NDArray[np.float32],
+    runtimes: npt.NDArray[np.int64],
+    prior: npt.NDArray[np.float64],
+    repeats: int,
+    warmup: int,
+    workdir: Path,
+) -> dict[str, Any]:
     """Time ``adapt.fit`` in fresh processes without torch, as the service runs it
     (numpy's default BLAS threads) and with one BLAS thread: on 2 shared cores a
     busy neighbour makes a second BLAS thread cost more than it gives."""
     inputs = workdir / "fit-inputs.npz"
     np.savez(inputs, configs=configs, runtimes=runtimes, prior=prior)
-    out: dict[str, Any] = {"measurements": len(configs),
-                           "configurable_nodes": int(configs.shape[1]),
-                           "goal_ms": FIT_GOAL_MS}  # fmt: skip
+    out: dict[str, Any] = {
+        "measurements": len(configs),
+        "configurable_nodes": int(configs.shape[1]),
+        "goal_ms": FIT_GOAL_MS,
+    }
     for label, threads in (("default_blas_threads", None), ("one_blas_thread", "1")):
         env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
         env.update({"OPENBLAS_NUM_THREADS": threads} if threads else {})
         done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.learning_timing", str(inputs),
-             str(repeats), str(warmup)],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.learning_timing",
+                str(inputs),
+                str(repeats),
+                str(warmup),
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"fit timing failed:\n{done.stderr}")
         out[label] = {**json.loads(done.stdout), "OPENBLAS_NUM_THREADS": threads}
@@ -121,12 +137,18 @@ def time_fit(inputs: Path, repeats: int, warmup: int) -> dict[str, float | int]:
     return {**spans(seconds), "score_1000_p50_ms": 1000.0 * median(scoring)}
 
 
-def feed(session: TuningSession, graph: PreparedGraph, configs: Any,
-         runtimes: Any, batch: int = 500) -> int:  # fmt: skip
+def feed(
+    session: TuningSession,
+    graph: PreparedGraph,
+    configs: Any,
+    runtimes: Any,
+    batch: int = 500,
+) -> int:
     stored = 0
     for i in range(0, len(configs), batch):
-        answer = session.feedback(graph, runtimes[i : i + batch],
-                                  configs=configs[i : i + batch])  # fmt: skip
+        answer = session.feedback(
+            graph, runtimes[i : i + batch], configs=configs[i : i + batch]
+        )
         stored += answer.stored
     return stored
 
@@ -135,14 +157,22 @@ def fits(url: str) -> float:
     """Fits the service has run so far (its /metrics fit-duration histogram count)."""
     text = httpx.get(url + "/metrics", timeout=10.0).text
     name = "costmodel_adaptation_fit_duration_seconds_count"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name))  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name)
+    )
 
 
 def rank_timing(
-    session: TuningSession, url: str, graph: PreparedGraph,
-    configs: npt.NDArray[np.float32], measured: int, repeats: int, warmup: int,
-) -> dict[str, Any]:  # fmt: skip
+    session: TuningSession,
+    url: str,
+    graph: PreparedGraph,
+    configs: npt.NDArray[np.float32],
+    measured: int,
+    repeats: int,
+    warmup: int,
+) -> dict[str, Any]:
     """First (refitting) request, then ABBA-interleaved adapted and prior requests;
     counts the fits the service ran during them (0: the cached fit served them)."""
     first = timed(lambda: session.rank(graph, configs))
@@ -166,11 +196,17 @@ def rank_timing(
     refits = fits(url) - fits_before
     a, p = spans(seconds["adapted"]), spans(seconds["prior"])
     ratio = float(a["p50_ms"]) / float(p["p50_ms"])
-    return {"configs": len(configs), "measurements": measured,
-            "first_request_refit_ms": 1000.0 * first, "adapted": a, "prior": p,
-            "fits_during_timed_requests": refits,
-            "ratio_p50": ratio, "goal_ratio": RANK_RATIO_GOAL,
-            "met": ratio <= RANK_RATIO_GOAL}  # fmt: skip
+    return {
+        "configs": len(configs),
+        "measurements": measured,
+        "first_request_refit_ms": 1000.0 * first,
+        "adapted": a,
+        "prior": p,
+        "fits_during_timed_requests": refits,
+        "ratio_p50": ratio,
+        "goal_ratio": RANK_RATIO_GOAL,
+        "met": ratio <= RANK_RATIO_GOAL,
+    }
 
 
 def feedback_timing(
@@ -196,14 +232,20 @@ def feedback_timing(
     finally:
         for c in clients.values():
             c.close()
-    return {"rows_per_request": FEEDBACK_BATCH,
-            **{db: spans(s) for db, s in seconds.items()}}  # fmt: skip
+    return {
+        "rows_per_request": FEEDBACK_BATCH,
+        **{db: spans(s) for db, s in seconds.items()},
+    }
 
 
 def adapted_rank(
-    client: CostModelClient, url: str, model: str, sample: Sample, plan: Any,
+    client: CostModelClient,
+    url: str,
+    model: str,
+    sample: Sample,
+    plan: Any,
     workdir: Path,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Fit timing in process and rank timing over HTTP, on the same 2,000 configs."""
     graph = prepare_graph(sample)
     configs, runtimes = synthetic_configs(sample)
@@ -214,8 +256,9 @@ def adapted_rank(
     fit = fit_timing(configs, runtimes, prior, plan.fit_repeats, plan.warmup, workdir)
     stored = feed(session, graph, configs, runtimes)
     ranked = sample.configs[:RANKED]
-    rank = rank_timing(session, url, graph, ranked, len(configs), plan.rank_repeats,
-                       plan.warmup)  # fmt: skip
+    rank = rank_timing(
+        session, url, graph, ranked, len(configs), plan.rank_repeats, plan.warmup
+    )
     return {"fit": fit, "rank": {**rank, "feedback_stored": stored}}
 
 

@@ -116,8 +116,12 @@ def run_load(target: LoadTarget, spec: LoadSpec) -> LoadResult:
     """Drive the load; the graphs must already be cached by the service."""
     ctx = mp.get_context("spawn")
     ready, start, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_client, args=(i, target, spec, ready, start, out), daemon=True)
-             for i in range(spec.clients)]  # fmt: skip
+    procs = [
+        ctx.Process(
+            target=_client, args=(i, target, spec, ready, start, out), daemon=True
+        )
+        for i in range(spec.clients)
+    ]
     result = LoadResult()
     try:
         for p in procs:

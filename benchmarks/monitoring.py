@@ -53,8 +53,9 @@ def programs(per_target: int) -> list[Program]:
     targets taking turns, so that they progress side by side."""
     folders = sorted(p for p in DATASETS.iterdir() if p.is_dir())
     files = [sorted(f.glob("*.npz"))[:per_target] for f in folders]
-    turns = [path for i in range(per_target) for found in files
-             for path in found[i : i + 1]]  # fmt: skip
+    turns = [
+        path for i in range(per_target) for found in files for path in found[i : i + 1]
+    ]
     return [load(path) for path in turns]
 
 
@@ -64,23 +65,33 @@ def load(path: Path) -> Program:
             k: data[k].tolist() for k in ("node_feat", "node_opcode", "edge_index")
         }
         return Program(
-            path.parent.name, path.stem, graph, data["config_feat"],
+            path.parent.name,
+            path.stem,
+            graph,
+            data["config_feat"],
             data["config_runtime"],
-        )  # fmt: skip
+        )
 
 
 def tune(client: httpx.Client, program: Program) -> None:
     """Three rounds of rank, measure the best two and the default, feed back."""
     left = list(range(1, len(program.configs)))
     for _ in range(ROUNDS):
-        body = {"model": "xla_cpu", "graph": program.graph, "target": program.target,
-                "configs": program.configs[left].tolist()}  # fmt: skip
+        body = {
+            "model": "xla_cpu",
+            "graph": program.graph,
+            "target": program.target,
+            "configs": program.configs[left].tolist(),
+        }
         ranked = client.post("/v1/rank", json=body).raise_for_status().json()
         picked = [left[i] for i in ranked["ranking"][:PER_ROUND]]
         left = [i for i in left if i not in picked]
         measured = [0, *picked]  # the default beside them, as tune measures it
-        feedback = {**body, "configs": program.configs[measured].tolist(),
-                    "runtimes_ns": program.runtimes[measured].astype(int).tolist()}  # fmt: skip
+        feedback = {
+            **body,
+            "configs": program.configs[measured].tolist(),
+            "runtimes_ns": program.runtimes[measured].astype(int).tolist(),
+        }
         client.post("/v1/feedback", json=feedback).raise_for_status()
 
 
@@ -98,15 +109,25 @@ def drive(url: str, fleet: list[Program], seconds: float) -> dict[str, Any]:
 
 PANELS = (
     ("Requests /s by route", "sum by (route) (costmodel:requests:rate5m)", "{route}"),
-    ("Rank latency p50 / p99 (s)",
-     'label_replace(costmodel:request_duration_seconds:p50_5m{route="/v1/rank"}, "q", "p50", "", "")'
-     ' or label_replace(costmodel:request_duration_seconds:p99_5m{route="/v1/rank"}, "q", "p99", "", "")',
-     "{q}"),
-    ("Online Kendall tau (running mean)", "costmodel:online_kendall_tau:avg", "v{version}"),
+    (
+        "Rank latency p50 / p99 (s)",
+        'label_replace(costmodel:request_duration_seconds:p50_5m{route="/v1/rank"}, "q", "p50", "", "")'
+        ' or label_replace(costmodel:request_duration_seconds:p99_5m{route="/v1/rank"}, "q", "p99", "", "")',
+        "{q}",
+    ),
+    (
+        "Online Kendall tau (running mean)",
+        "costmodel:online_kendall_tau:avg",
+        "v{version}",
+    ),
     ("Fleet gain per target (default / best)", "costmodel:fleet_gain:max", "{target}"),
-    ("Best / default per graph, median", "costmodel:fleet_best_over_default:p50", "{target}"),
+    (
+        "Best / default per graph, median",
+        "costmodel:fleet_best_over_default:p50",
+        "{target}",
+    ),
     ("Graphs tuned per target", "costmodel:fleet_graphs_tuned:max", "{target}"),
-)  # fmt: skip
+)
 
 
 def plot(prom: PrometheusServer, start: float, end: float, out: Path) -> None:
@@ -125,8 +146,11 @@ def plot(prom: PrometheusServer, start: float, end: float, out: Path) -> None:
         ax.set_xlabel("minutes (rates and quantiles over 5-minute windows)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("costmodel recorded series (deploy/monitoring/rules.yml), real "
-                 "service + Prometheus, tuners replaying datasets/xla_cpu", fontsize=11)  # fmt: skip
+    fig.suptitle(
+        "costmodel recorded series (deploy/monitoring/rules.yml), real "
+        "service + Prometheus, tuners replaying datasets/xla_cpu",
+        fontsize=11,
+    )
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
@@ -146,8 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fleet = programs(args.programs)
     with TemporaryDirectory(prefix="costmodel-monitoring-") as tmp:
-        env = {"COSTMODEL_MODELS": "xla_cpu", "COSTMODEL_DATA_DIR": f"{tmp}/data",
-               "COSTMODEL_FLEET_REFRESH_S": "2"}  # fmt: skip
+        env = {
+            "COSTMODEL_MODELS": "xla_cpu",
+            "COSTMODEL_DATA_DIR": f"{tmp}/data",
+            "COSTMODEL_FLEET_REFRESH_S": "2",
+        }
         with (
             ServiceServer(Path(tmp), env) as server,
             PrometheusServer(Path(tmp), [f"127.0.0.1:{server.port}"], 1.0) as prom,

@@ -75,8 +75,13 @@ class KServeServer(ManagedProcess):
         return f"http://{LOOPBACK}:{self.port}"
 
     def command(self) -> list[str]:
-        return [str(self.python), str(SERVER_SCRIPT), str(self.scorer),
-                str(self.port), str(self.threads)]  # fmt: skip
+        return [
+            str(self.python),
+            str(SERVER_SCRIPT),
+            str(self.scorer),
+            str(self.port),
+            str(self.threads),
+        ]
 
     def env(self) -> Mapping[str, str] | None:
         # Its own interpreter and packages: none of our venv's variables.

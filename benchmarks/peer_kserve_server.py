@@ -20,8 +20,13 @@ import sys
 
 def main(scorer: str, port: int, threads: int) -> None:
     # kserve reads its own flags from sys.argv when imported: give it only ours.
-    sys.argv = [sys.argv[0], f"--http_port={port}", "--enable_grpc=false",
-                "--workers=1", "--configure_logging=false"]  # fmt: skip
+    sys.argv = [
+        sys.argv[0],
+        f"--http_port={port}",
+        "--enable_grpc=false",
+        "--workers=1",
+        "--configure_logging=false",
+    ]
     import kserve
     import kserve.protocol.rest.server as rest_server
     import numpy as np
@@ -65,10 +70,12 @@ def main(scorer: str, port: int, threads: int) -> None:
             out.set_data_from_numpy(scores, binary_data=payload.use_binary_outputs)
             # Binary outputs come back only when the request's choice is passed on.
             return InferResponse(
-                payload.id, "tile", [out],
+                payload.id,
+                "tile",
+                [out],
                 use_binary_outputs=payload.use_binary_outputs,
                 requested_outputs=payload.request_outputs,
-            )  # fmt: skip
+            )
 
     kserve.ModelServer().start([TileScorer()])
 

@@ -53,9 +53,10 @@ def _client(
         key = f"{step.server} {step.url}"
         if key not in clients:
             clients[key] = (
-                KServeRanker(step.url) if step.server == "kserve"
+                KServeRanker(step.url)
+                if step.server == "kserve"
                 else CostModelClient(step.url, timeout=60.0)
-            )  # fmt: skip
+            )
         call = _caller(step, clients[key], prepared, embedding, pool[: step.configs])
         for _ in range(20):  # warm: connection, first-use costs; a just-started
             try:  # second worker may still answer 503 for a moment

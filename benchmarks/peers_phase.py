@@ -55,12 +55,20 @@ def peer_figures(
     latency: dict[str, dict[str, float | None]] = {}
     rates: dict[str, dict[str, float | None]] = {}
     for n in sizes:
-        t = time_calls(lambda n=n: runner.score(embedding, batches[n]),
-                       plan.peer_latency.repeats, plan.peer_latency.seconds)  # fmt: skip
+        t = time_calls(
+            lambda n=n: runner.score(embedding, batches[n]),
+            plan.peer_latency.repeats,
+            plan.peer_latency.seconds,
+        )
         latency[str(n)] = {"raw": t.median_ms}
-        rates[str(n)] = {"raw": raw_rate(lambda c: runner.score(embedding, c),
-                                         batches[n], plan.peer_clients,
-                                         plan.peer_load_seconds)}  # fmt: skip
+        rates[str(n)] = {
+            "raw": raw_rate(
+                lambda c: runner.score(embedding, c),
+                batches[n],
+                plan.peer_clients,
+                plan.peer_load_seconds,
+            )
+        }
     with ExitStack() as stack:
         kserve = start_kserve(stack, tile_dir, workdir, log, out)
         urls: dict[Server, str] = {"ours": ours_url}
@@ -71,8 +79,11 @@ def peer_figures(
         with CostModelClient(ours_url, timeout=120.0) as client:
             prepared = prepare_graph(graph)
             for n in sizes:
-                t = time_calls(lambda n=n: client.rank("tile", prepared, batches[n]),
-                               plan.peer_latency.repeats, plan.peer_latency.seconds)  # fmt: skip
+                t = time_calls(
+                    lambda n=n: client.rank("tile", prepared, batches[n]),
+                    plan.peer_latency.repeats,
+                    plan.peer_latency.seconds,
+                )
                 latency[str(n)]["ours"] = t.median_ms
         pool_ = stack.enter_context(
             ClientPool(plan.peer_clients, graph, vector, batches[max(sizes)])
@@ -106,13 +117,20 @@ def fixed_cost(
         CostModelClient(url, timeout=30.0) as client,
     ):
         prepared = prepare_graph(graph)
-        empty = time_calls(lambda: http.get("/livez").raise_for_status(),
-                           budget.repeats, budget.seconds)  # fmt: skip
-        ranked = time_calls(lambda: client.rank("tile", prepared, one),
-                            budget.repeats, budget.seconds)  # fmt: skip
+        empty = time_calls(
+            lambda: http.get("/livez").raise_for_status(),
+            budget.repeats,
+            budget.seconds,
+        )
+        ranked = time_calls(
+            lambda: client.rank("tile", prepared, one), budget.repeats, budget.seconds
+        )
         body = {"model": "tile", "graph_id": prepared.graph_id, "configs": one.tolist()}
-        bare = time_calls(lambda: http.post("/v1/rank", json=body).raise_for_status(),
-                          budget.repeats, budget.seconds)  # fmt: skip
+        bare = time_calls(
+            lambda: http.post("/v1/rank", json=body).raise_for_status(),
+            budget.repeats,
+            budget.seconds,
+        )
     return {
         "empty_route_ms": empty.median_ms,
         "rank_1_config_ms": ranked.median_ms,
@@ -149,8 +167,11 @@ def kserve_single(
             lambda: ranker.rank(vector, big), plan.http.repeats, plan.http.seconds
         )
         for n in plan.peer_sizes:
-            s = time_calls(lambda n=n: ranker.rank(vector, batches[n]),
-                           plan.peer_latency.repeats, plan.peer_latency.seconds)  # fmt: skip
+            s = time_calls(
+                lambda n=n: ranker.rank(vector, batches[n]),
+                plan.peer_latency.repeats,
+                plan.peer_latency.seconds,
+            )
             latency[str(n)]["kserve"] = s.median_ms
         empty = time_calls(
             ranker.live, plan.peer_latency.repeats, plan.peer_latency.seconds

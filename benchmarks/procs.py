@@ -111,9 +111,13 @@ class ManagedProcess:
     def _spawn(self) -> None:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=self.env(), cwd=self.workdir,
-            )  # fmt: skip
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                cwd=self.workdir,
+            )
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -156,8 +160,19 @@ class RedisServer(ManagedProcess):
         binary = shutil.which("redis-server")
         if binary is None:
             raise ProcessError("redis-server is not installed (`make redis-server`)")
-        return [binary, "--port", str(self.port), "--bind", LOOPBACK, "--save", "",
-                "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+        return [
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            LOOPBACK,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+        ]
 
     @property
     def url(self) -> str:
@@ -204,10 +219,22 @@ class ServiceServer(ManagedProcess):
         return f"http://{LOOPBACK}:{self.port}"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "uvicorn", "--factory",
-                "xla_costmodel.service.app:app_from_env", "--host", LOOPBACK,
-                "--port", str(self.port), "--workers", str(self.workers),
-                "--log-level", "warning", "--no-access-log"]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "xla_costmodel.service.app:app_from_env",
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
 
     def env(self) -> Mapping[str, str]:
         repo = str(Path(__file__).resolve().parents[1])
@@ -287,29 +314,60 @@ class PostgresServer(ManagedProcess):
             for path in (self.root, self.root / "sock"):
                 os.chown(path, self.as_user["user"], self.as_user["group"])
         done = subprocess.run(
-            [str(self.bindir / "initdb"), "-D", str(self.root / "data"),
-             "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale",
-             "--no-sync"],
-            capture_output=True, text=True, cwd=self.root, **self.as_user,
-        )  # fmt: skip
+            [
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.root / "data"),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+            **self.as_user,
+        )
         if done.returncode != 0:
             self._remove()
             raise ProcessError(f"initdb failed: {done.stderr or done.stdout}")
 
     def command(self) -> list[str]:
         assert self.root is not None, "start() runs initdb first"
-        return [str(self.bindir / "postgres"), "-D", str(self.root / "data"),
-                "-p", str(self.port), "-k", str(self.root / "sock"),
-                "-c", f"listen_addresses={LOOPBACK}", "-c", "fsync=off",
-                "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                "-c", "max_connections=200"]  # fmt: skip
+        return [
+            str(self.bindir / "postgres"),
+            "-D",
+            str(self.root / "data"),
+            "-p",
+            str(self.port),
+            "-k",
+            str(self.root / "sock"),
+            "-c",
+            f"listen_addresses={LOOPBACK}",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=200",
+        ]
 
     def _spawn(self) -> None:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, cwd=self.root, **self.as_user,
-            )  # fmt: skip
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.root,
+                **self.as_user,
+            )
 
     def ready(self) -> bool:
         import psycopg

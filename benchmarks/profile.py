@@ -33,12 +33,28 @@ from xla_costmodel.benchmarks.procs import RedisServer, ServiceServer
 from xla_costmodel.clients import CostModelClient, prepare_graph
 
 # Leaf functions of a thread that is waiting, not working.
-IDLE_LEAVES = frozenset({"select", "poll", "wait", "Runner.run", "_run_once",
-                         "Condition.wait", "EpollSelector.select", "Queue.get"})  # fmt: skip
+IDLE_LEAVES = frozenset(
+    {
+        "select",
+        "poll",
+        "wait",
+        "Runner.run",
+        "_run_once",
+        "Condition.wait",
+        "EpollSelector.select",
+        "Queue.get",
+    }
+)
 # Files whose functions get an inclusive share: the project's, and FastAPI's request
 # handling (body parsing, dependencies, response serialisation).
-INCLUSIVE = ("service/", "clients/", "costmodel/", "tpugraphs/", "fastapi/routing.py",
-             "fastapi/dependencies/")  # fmt: skip
+INCLUSIVE = (
+    "service/",
+    "clients/",
+    "costmodel/",
+    "tpugraphs/",
+    "fastapi/routing.py",
+    "fastapi/dependencies/",
+)
 
 
 def summarize(raw: Path, top: int = 40) -> str:
@@ -116,8 +132,11 @@ def profile(
     )
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"profile_{target}"
-    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as redis, \
-            ServiceServer(Path(tmp), server_env(Options(), redis.url)) as server:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        RedisServer(Path(tmp)) as redis,
+        ServiceServer(Path(tmp), server_env(Options(), redis.url)) as server,
+    ):
         call = workload(target, server.url)
         for _ in range(3):
             call()
@@ -132,9 +151,17 @@ def profile(
             "-d",
             str(int(seconds) + 1),
         ]
-        recorders = [subprocess.Popen([*cmd, "-f", fmt, "-o", str(path)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                     for fmt, path in (("raw", raw), ("flamegraph", stem.with_name(stem.name + "_server.svg")))]  # fmt: skip
+        recorders = [
+            subprocess.Popen(
+                [*cmd, "-f", fmt, "-o", str(path)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for fmt, path in (
+                ("raw", raw),
+                ("flamegraph", stem.with_name(stem.name + "_server.svg")),
+            )
+        ]
         time.sleep(0.5)
         client_profile = Profiler(interval=0.001)
         client_profile.start()

@@ -63,10 +63,13 @@ class PrometheusServer(ManagedProcess):
             raise ProcessError("prometheus is not installed (`make prometheus`)")
         path = self.workdir / f"prometheus-{self.port}.yml"
         path.write_text(json.dumps(self.config()))  # YAML is a superset of JSON
-        return [binary, f"--config.file={path}",
-                f"--storage.tsdb.path={self.workdir / f'tsdb-{self.port}'}",
-                f"--web.listen-address={LOOPBACK}:{self.port}",
-                "--log.level=warn"]  # fmt: skip
+        return [
+            binary,
+            f"--config.file={path}",
+            f"--storage.tsdb.path={self.workdir / f'tsdb-{self.port}'}",
+            f"--web.listen-address={LOOPBACK}:{self.port}",
+            "--log.level=warn",
+        ]
 
     def ready(self) -> bool:
         try:

@@ -68,12 +68,17 @@ def fixed_options(target: str) -> dict[str, Any]:
 def serve(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     # The fleet figures (GET /v1/targets) refresh every second, for the run's end.
-    env = {**os.environ, "COSTMODEL_DATA_DIR": str(workdir / "data"),
-           "COSTMODEL_FLEET_REFRESH_S": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "COSTMODEL_DATA_DIR": str(workdir / "data"),
+        "COSTMODEL_FLEET_REFRESH_S": "1",
+    }
     proc = subprocess.Popen(
         [*COMMAND, "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=(workdir / "serve.log").open("wb"),
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "serve.log").open("wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -88,8 +93,20 @@ def serve(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def tune(name: str, url: str, strategy: str, seed: int, cache: Path) -> dict[str, Any]:
-    argv = [*COMMAND, "tune", f"{PROGRAMS}:{name}", "--server", url, "--budget",
-            str(BUDGET), "--strategy", strategy, "--seed", str(seed), "--json"]  # fmt: skip
+    argv = [
+        *COMMAND,
+        "tune",
+        f"{PROGRAMS}:{name}",
+        "--server",
+        url,
+        "--budget",
+        str(BUDGET),
+        "--strategy",
+        strategy,
+        "--seed",
+        str(seed),
+        "--json",
+    ]
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     return dict(json.loads(done.stdout))
@@ -129,31 +146,48 @@ def main() -> None:
             for i, name in enumerate(names()):
                 model = tune(name, url, "model", 0, workdir / "cache")
                 rand = tune(name, url, "random", i + 1, workdir / "cache")
-                choices = {"model": model["compiler_options"],
-                           "random": rand["compiler_options"], "fixed": fixed}  # fmt: skip
+                choices = {
+                    "model": model["compiler_options"],
+                    "random": rand["compiler_options"],
+                    "fixed": fixed,
+                }
                 speed = remeasure(name, choices, i)
-                row = {"program": name, **speed,
-                       "model_options": short(choices["model"]),
-                       "random_options": short(choices["random"]),
-                       "model_rounds": [r.get("shaping") for r in model["rounds"]],
-                       "tune_s": {"model": round(model["seconds"], 1),
-                                  "random": round(rand["seconds"], 1)}}  # fmt: skip
+                row = {
+                    "program": name,
+                    **speed,
+                    "model_options": short(choices["model"]),
+                    "random_options": short(choices["random"]),
+                    "model_rounds": [r.get("shaping") for r in model["rounds"]],
+                    "tune_s": {
+                        "model": round(model["seconds"], 1),
+                        "random": round(rand["seconds"], 1),
+                    },
+                }
                 rows.append(row)
-                print(f"{name}: model {speed['model']:.3f}  random {speed['random']:.3f}  "
-                      f"fixed {speed['fixed']:.3f}", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"{name}: model {speed['model']:.3f}  random {speed['random']:.3f}  "
+                    f"fixed {speed['fixed']:.3f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             time.sleep(2)  # one more fleet refresh after the last feedback
             targets = httpx.get(f"{url}/v1/targets", timeout=10).json()
         finally:
             proc.terminate()
             proc.wait(timeout=30)
     result = {
-        "target": target, "cpu": machine.describe(), "budget": BUDGET,
-        "fixed_options": short(fixed), "programs": rows,
-        "geomean": {s: geomean([r[s] for r in rows]) for s in ("model", "random", "fixed")},
+        "target": target,
+        "cpu": machine.describe(),
+        "budget": BUDGET,
+        "fixed_options": short(fixed),
+        "programs": rows,
+        "geomean": {
+            s: geomean([r[s] for r in rows]) for s in ("model", "random", "fixed")
+        },
         "worst": {s: min(r[s] for r in rows) for s in ("model", "random", "fixed")},
         "service_targets": targets,
         "wall_s": round(time.monotonic() - started, 1),
-    }  # fmt: skip
+    }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
@@ -165,11 +199,15 @@ def table(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for r in result["programs"]:
-        lines.append(f"| {r['program']} | {r['model']:.3f} | {r['random']:.3f} | "
-                     f"{r['fixed']:.3f} | {r['model_options']} |")  # fmt: skip
+        lines.append(
+            f"| {r['program']} | {r['model']:.3f} | {r['random']:.3f} | "
+            f"{r['fixed']:.3f} | {r['model_options']} |"
+        )
     g = result["geomean"]
-    lines.append(f"| **geomean** | **{g['model']:.3f}** | **{g['random']:.3f}** | "
-                 f"**{g['fixed']:.3f}** | fixed: {result['fixed_options']} |")  # fmt: skip
+    lines.append(
+        f"| **geomean** | **{g['model']:.3f}** | **{g['random']:.3f}** | "
+        f"**{g['fixed']:.3f}** | fixed: {result['fixed_options']} |"
+    )
     return "\n".join(lines)
 
 

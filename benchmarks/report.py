@@ -184,17 +184,28 @@ def peer_tables(result: Mapping[str, Any]) -> list[Table]:
     """Latency and throughput per batch size (raw, ours, KServe); 1 vs 2 workers."""
     clients = result.get("peer_clients")
     t = Table(title=f"ours vs KServe vs raw onnxruntime ({clients} clients)")
-    for col in ("configs", "raw ms", "ours ms", "kserve ms", "raw cfg/s",
-                "ours cfg/s", "kserve cfg/s", "ours/kserve"):  # fmt: skip
+    for col in (
+        "configs",
+        "raw ms",
+        "ours ms",
+        "kserve ms",
+        "raw cfg/s",
+        "ours cfg/s",
+        "kserve cfg/s",
+        "ours/kserve",
+    ):
         t.add_column(col, justify="right")
     latency = result.get("peer_latency_ms") or {}
     rates = result.get("peer_throughput_configs_per_s") or {}
     ratios = result.get("ours_over_kserve_by_size") or {}
     for size, row in latency.items():
         rate = rates.get(size, {})
-        t.add_row(size, *(_fmt(row.get(k)) for k in ("raw", "ours", "kserve")),
-                  *(_fmt(rate.get(k)) for k in ("raw", "ours", "kserve")),
-                  _fmt(ratios.get(size)))  # fmt: skip
+        t.add_row(
+            size,
+            *(_fmt(row.get(k)) for k in ("raw", "ours", "kserve")),
+            *(_fmt(rate.get(k)) for k in ("raw", "ours", "kserve")),
+            _fmt(ratios.get(size)),
+        )
     w = Table(
         title=f"our service, configs/s under {clients} clients, by uvicorn workers"
     )
@@ -211,8 +222,16 @@ def print_table(result: Mapping[str, Any], console: Console) -> None:
     console.print(table(result))
     for extra in peer_tables(result):
         console.print(extra)
-    meta = ("cpu_count", "machine", "loadavg_before", "loadavg_after", "wall_s",
-            "torch_eager_note", "peer_kserve_note", "plot")  # fmt: skip
+    meta = (
+        "cpu_count",
+        "machine",
+        "loadavg_before",
+        "loadavg_after",
+        "wall_s",
+        "torch_eager_note",
+        "peer_kserve_note",
+        "plot",
+    )
     for key in meta:
         console.print(f"{key}: {result.get(key)}")
 
@@ -259,9 +278,11 @@ def _peer_markdown(result: Mapping[str, Any]) -> list[str]:
     ]
     for size, row in latency.items():
         rate = rates.get(size, {})
-        cells = [*(_fmt(row.get(k)) for k in ("raw", "ours", "kserve")),
-                 *(_fmt(rate.get(k)) for k in ("raw", "ours", "kserve")),
-                 _fmt(ratios.get(size))]  # fmt: skip
+        cells = [
+            *(_fmt(row.get(k)) for k in ("raw", "ours", "kserve")),
+            *(_fmt(rate.get(k)) for k in ("raw", "ours", "kserve")),
+            _fmt(ratios.get(size)),
+        ]
         lines.append(f"| {int(size):,} | " + " | ".join(cells) + " |")
     rows = result.get("workers_table") or []
     if rows:
@@ -273,9 +294,13 @@ def _peer_markdown(result: Mapping[str, Any]) -> list[str]:
             "",
             "| workers | " + " | ".join(f"{int(k):,} configs" for k in sizes) + " |",
             "|---:|" + "---:|" * len(sizes),
-            *(f"| {row['workers']} | " + " | ".join(_fmt(row.get(k)) for k in sizes)
-              + " |" for row in rows),
-        ]  # fmt: skip
+            *(
+                f"| {row['workers']} | "
+                + " | ".join(_fmt(row.get(k)) for k in sizes)
+                + " |"
+                for row in rows
+            ),
+        ]
     return lines
 
 

@@ -182,14 +182,25 @@ def render(report: ReplayReport) -> Table:
 def render_rounds(report: ReplayReport) -> Table:
     """The learning curve: mean slowdown per round for each strategy."""
     table = Table(title="learning curve: mean slowdown after each round")
-    for column in ("round", "measured", "adapted", "model+adapt", "model", "random",
-                   "per-graph"):  # fmt: skip
+    for column in (
+        "round",
+        "measured",
+        "adapted",
+        "model+adapt",
+        "model",
+        "random",
+        "per-graph",
+    ):
         table.add_column(column, justify="right", no_wrap=True)
     for row in report.round_means():
         table.add_row(
-            str(row["round"]), str(row["measured"]), f"{row['adapted']:.1f}",
-            _fmt(row["slowdown"]), _fmt(row["model_slowdown"]),
-            _fmt(row["random_slowdown"]), _fmt(row["per_graph_slowdown"]),
-        )  # fmt: skip
+            str(row["round"]),
+            str(row["measured"]),
+            f"{row['adapted']:.1f}",
+            _fmt(row["slowdown"]),
+            _fmt(row["model_slowdown"]),
+            _fmt(row["random_slowdown"]),
+            _fmt(row["per_graph_slowdown"]),
+        )
     table.caption = "adapted = mean measurements the service's ranking used"
     return table

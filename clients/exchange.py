@@ -116,9 +116,16 @@ class ClientCore:
         prepared = prepare_graph(graph, configs)
         array = config_array(configs, prepared)
         flow = rank_flow(
-            model, prepared, array, top_k, version, self.known_graphs, target, adapt,
+            model,
+            prepared,
+            array,
+            top_k,
+            version,
+            self.known_graphs,
+            target,
+            adapt,
             portfolio,
-        )  # fmt: skip
+        )
         return prepared, int(array.shape[0]), flow
 
 

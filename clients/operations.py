@@ -157,11 +157,14 @@ def _rank_call(
 ) -> Call:
     graph_id = graph.graph_id if by_id else None
     params = query(
-        model=model, graph_id=graph_id, top_k=opts.top_k,
-        model_version=opts.version, target=opts.target,
+        model=model,
+        graph_id=graph_id,
+        top_k=opts.top_k,
+        model_version=opts.version,
+        target=opts.target,
         adapt=None if opts.adapt else "false",
         portfolio="true" if opts.portfolio else None,
-    )  # fmt: skip
+    )
     body = configs_npz(configs, graph, inline=not by_id)
     return Call("POST", "/v1/rank", params, body, NPZ, accept=opts.accept)
 
@@ -196,9 +199,13 @@ def feedback_flow(
     if ranking_id is not None:  # the rank answer config_indices index into
         body["ranking_id"] = ranking_id
     call = Call(
-        "POST", "/v1/feedback", {}, json_body(body), JSON,
+        "POST",
+        "/v1/feedback",
+        {},
+        json_body(body),
+        JSON,
         idempotency_key=uuid.uuid4().hex,
-    )  # fmt: skip
+    )
     try:
         response = yield call
     except GraphNotFound:  # unknown to the service, or missing from its database

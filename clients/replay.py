@@ -315,13 +315,15 @@ class Replayer:
             stored = self._feedback(session, graph, sample, score.measured)
         else:
             done = run_rounds(
-                sample, self.rounds, k,
+                sample,
+                self.rounds,
+                k,
                 lambda idx, adapt: session.rank(
                     graph, sample.configs[list(idx)], adapt=adapt
                 ),
                 lambda picks: self._feedback(session, graph, sample, list(picks)),
                 self.seed,
-            )  # fmt: skip
+            )
             result, played, stored = done.last, done.rounds, done.feedback_stored
             score = score_graph(sample, done.measured, len(done.measured))
         self.report.graphs.append(

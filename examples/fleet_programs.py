@@ -76,7 +76,16 @@ def unet_small() -> Built:
 
 
 NAMES = (
-    "conv_strided", "lstm_infer", "mlp_mnist", "attention", "resnet_train",
-    "audio_conv", "gru_train", "mlp_train", "mobile_block", "transformer_train",
-    "lenet", "unet_small",
-)  # fmt: skip
+    "conv_strided",
+    "lstm_infer",
+    "mlp_mnist",
+    "attention",
+    "resnet_train",
+    "audio_conv",
+    "gru_train",
+    "mlp_train",
+    "mobile_block",
+    "transformer_train",
+    "lenet",
+    "unet_small",
+)

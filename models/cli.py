@@ -113,8 +113,15 @@ def train(
             )
     else:
         train_files, valid_files = holdout_split(train_files)
-    cfg = TrainConfig(name, epochs=epochs, seed=seed, lr=lr, batch_configs=batch_configs,
-                      patience=patience, model=model)  # fmt: skip
+    cfg = TrainConfig(
+        name,
+        epochs=epochs,
+        seed=seed,
+        lr=lr,
+        batch_configs=batch_configs,
+        patience=patience,
+        model=model,
+    )
     console.print(
         f"{name}: {len(train_files)} training files, {len(valid_files)} validation"
     )
@@ -175,8 +182,10 @@ def evaluate(
         print(json.dumps(report, allow_nan=False))
         return
     for row in report["graphs"]:
-        print(f"{row['graph']}: " + ", ".join(
-            f"{k}={v:.4f}" for k, v in row.items() if isinstance(v, float)))  # fmt: skip
+        print(
+            f"{row['graph']}: "
+            + ", ".join(f"{k}={v:.4f}" for k, v in row.items() if isinstance(v, float))
+        )
     print(format_table(report))
 
 

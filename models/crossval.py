@@ -124,12 +124,22 @@ def format_rows(report: dict[str, Any]) -> str:
     keys = [k for k in report["mean"]]
     head = "| graph | C | " + " | ".join(f"{k} (model/rand/def)" for k in keys) + " |"
     lines = [head, "|---" * (len(keys) + 2) + "|"]
-    for row in [*report["graphs"], {"graph": "**mean**", "num_configs": "",
-                                    **report["mean"], **report["baselines"]}]:  # fmt: skip
+    for row in [
+        *report["graphs"],
+        {
+            "graph": "**mean**",
+            "num_configs": "",
+            **report["mean"],
+            **report["baselines"],
+        },
+    ]:
         cells = []
         for key in keys:
-            vals = [row.get(key), row.get("random", {}).get(key),
-                    row.get("default", {}).get(key)]  # fmt: skip
+            vals = [
+                row.get(key),
+                row.get("random", {}).get(key),
+                row.get("default", {}).get(key),
+            ]
             cells.append(" / ".join("-" if v is None else f"{v:.3f}" for v in vals))
         lines.append(
             f"| {row['graph']} | {row['num_configs']} | " + " | ".join(cells) + " |"

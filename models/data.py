@@ -303,9 +303,11 @@ def main() -> None:
 
     for collection in COLLECTION_NAMES:
         for ex in iter_examples(sys.argv[1:], collection):
-            print(f"{collection} {ex.name}: {ex.graph.num_nodes} nodes, "
-                  f"{ex.raw_configs} configs, {ex.configs.shape[0]} distinct, "
-                  f"rankable={ex.rankable}")  # fmt: skip
+            print(
+                f"{collection} {ex.name}: {ex.graph.num_nodes} nodes, "
+                f"{ex.raw_configs} configs, {ex.configs.shape[0]} distinct, "
+                f"rankable={ex.rankable}"
+            )
 
 
 if __name__ == "__main__":

@@ -154,8 +154,11 @@ def nan_to_none(value: Any) -> Any:
 def format_table(report: dict[str, Any]) -> str:
     """Mean metrics of model vs baselines, as a markdown table."""
     keys = metric_keys(report["collection"])
-    cols = [("model", report["mean"]), ("random", report["baselines"]["random"]),
-            ("default", report["baselines"]["default"])]  # fmt: skip
+    cols = [
+        ("model", report["mean"]),
+        ("random", report["baselines"]["random"]),
+        ("default", report["baselines"]["default"]),
+    ]
     head = (
         f"| {report['collection']} ({len(report['graphs'])} graphs) | "
         + " | ".join(keys)

@@ -44,25 +44,39 @@ def tensor_specs(model: CostModel) -> dict[str, TensorSpec]:
     """Every tensor of the artifact's contract, by name."""
     cfg = model.cfg
     specs = [
-        TensorSpec(name="node_feat", dtype="float32", shape=["num_nodes", NODE_FEAT_DIM]),
+        TensorSpec(
+            name="node_feat", dtype="float32", shape=["num_nodes", NODE_FEAT_DIM]
+        ),
         TensorSpec(name="node_opcode", dtype="int64", shape=["num_nodes"]),
         TensorSpec(name="edge_index", dtype="int64", shape=["num_edges", 2]),
         TensorSpec(name="node_config_ids", dtype="int64", shape=["num_configurable"]),
         TensorSpec(name="graph_embedding", dtype="float32", shape=[cfg.embed]),
-        TensorSpec(name="node_context", dtype="float32",
-                   shape=["num_configurable", cfg.scorer_hidden]),
-        TensorSpec(name="config_feat", dtype="float32", shape=["num_configs", cfg.config_dim]),
-        TensorSpec(name="node_config_feat", dtype="float32",
-                   shape=["num_configs", "num_configurable", cfg.config_dim]),
+        TensorSpec(
+            name="node_context",
+            dtype="float32",
+            shape=["num_configurable", cfg.scorer_hidden],
+        ),
+        TensorSpec(
+            name="config_feat", dtype="float32", shape=["num_configs", cfg.config_dim]
+        ),
+        TensorSpec(
+            name="node_config_feat",
+            dtype="float32",
+            shape=["num_configs", "num_configurable", cfg.config_dim],
+        ),
         TensorSpec(name="scores", dtype="float32", shape=["num_configs"]),
-    ]  # fmt: skip
+    ]
     return {s.name: s for s in specs}
 
 
 def _example_inputs(model: CostModel) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     n, e, nc, c = 7, 9, 3, 5
-    dims = {"num_nodes": Dim("num_nodes"), "num_edges": Dim("num_edges"),
-            "num_configurable": Dim("num_configurable"), "num_configs": Dim("num_configs")}  # fmt: skip
+    dims = {
+        "num_nodes": Dim("num_nodes"),
+        "num_edges": Dim("num_edges"),
+        "num_configurable": Dim("num_configurable"),
+        "num_configs": Dim("num_configs"),
+    }
     g = torch.Generator().manual_seed(0)
     inputs = {
         "node_feat": torch.rand(n, NODE_FEAT_DIM, generator=g),
@@ -76,21 +90,35 @@ def _example_inputs(model: CostModel) -> tuple[dict[str, torch.Tensor], dict[str
     cfg_dim = model.cfg.config_dim
     inputs["config_feat"] = torch.rand(c, cfg_dim, generator=g)
     inputs["node_config_feat"] = torch.rand(c, nc, cfg_dim, generator=g)
-    shapes = {name: {i: dims[d] for i, d in enumerate(spec.shape) if isinstance(d, str)}
-              for name, spec in tensor_specs(model).items()}  # fmt: skip
+    shapes = {
+        name: {i: dims[d] for i, d in enumerate(spec.shape) if isinstance(d, str)}
+        for name, spec in tensor_specs(model).items()
+    }
     return inputs, shapes
 
 
-def _export(module: torch.nn.Module, names_in: list[str], names_out: list[str],
-            inputs: dict[str, torch.Tensor], shapes: dict[str, Any], path: Path) -> None:  # fmt: skip
+def _export(
+    module: torch.nn.Module,
+    names_in: list[str],
+    names_out: list[str],
+    inputs: dict[str, torch.Tensor],
+    shapes: dict[str, Any],
+    path: Path,
+) -> None:
     args = tuple(inputs[n] for n in names_in)
     dyn = {n: shapes[n] for n in names_in}
     with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module, args, dynamo=True, dynamic_shapes=dyn, opset_version=OPSET,
-            input_names=names_in, output_names=names_out, verbose=False,
-        )  # fmt: skip
+            module,
+            args,
+            dynamo=True,
+            dynamic_shapes=dyn,
+            opset_version=OPSET,
+            input_names=names_in,
+            output_names=names_out,
+            verbose=False,
+        )
     assert program is not None
     program.save(str(path), external_data=False)
     # The exporter tags every node with its Python stack trace and FX node: a fifth of
@@ -119,16 +147,24 @@ def export_onnx(model: CostModel, out_dir: Path) -> tuple[GraphSpec, GraphSpec]:
     _export(model.scorer, sc_in, ["scores"], inputs, shapes, out_dir / SCORER_FILE)
 
     def spec(file: str, ins: list[str], outs: list[str]) -> GraphSpec:
-        return GraphSpec(file=file, sha256=sha256_file(out_dir / file),
-                         inputs=[specs[n] for n in ins], outputs=[specs[n] for n in outs])  # fmt: skip
+        return GraphSpec(
+            file=file,
+            sha256=sha256_file(out_dir / file),
+            inputs=[specs[n] for n in ins],
+            outputs=[specs[n] for n in outs],
+        )
 
     return spec(ENCODER_FILE, enc_in, enc_out), spec(SCORER_FILE, sc_in, ["scores"])
 
 
 def feature_dims(model: CostModel) -> dict[str, int]:
     cfg = model.cfg
-    dims = {"node_feat": NODE_FEAT_DIM, "num_opcodes": NUM_OPCODES, "config": cfg.config_dim,
-            "embedding": cfg.embed}  # fmt: skip
+    dims = {
+        "node_feat": NODE_FEAT_DIM,
+        "num_opcodes": NUM_OPCODES,
+        "config": cfg.config_dim,
+        "embedding": cfg.embed,
+    }
     if cfg.spec.per_node:
         dims["context"] = cfg.scorer_hidden
     return dims
@@ -175,8 +211,10 @@ def _labelled(result: TrainResult, report: dict[str, Any]) -> dict[str, Any]:
     pick the epoch (then the numbers lean optimistic)."""
     if not result.summary.get("epoch_selected_on_validation", False):
         return {"split": "validation", **report}
-    note = ("early stopping chose the epoch (best_epoch) on these same files, so "
-            "these metrics are optimistic: not an unbiased held-out estimate")  # fmt: skip
+    note = (
+        "early stopping chose the epoch (best_epoch) on these same files, so "
+        "these metrics are optimistic: not an unbiased held-out estimate"
+    )
     return {"split": "validation (selected on)", "note": note, **report}
 
 

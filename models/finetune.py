@@ -76,10 +76,15 @@ class InitArtifact:
     def record(self) -> dict[str, Any]:
         """What the new manifest's ``training.init`` says about this starting point."""
         m = self.manifest
-        return {"artifact": str(self.path), "name": m.name, "version": m.version,
-                "sha256": {"encoder": m.encoder.sha256, "scorer": m.scorer.sha256},
-                "target": m.target, "weights": self.weights,
-                "feature_stats": "kept from the init artifact"}  # fmt: skip
+        return {
+            "artifact": str(self.path),
+            "name": m.name,
+            "version": m.version,
+            "sha256": {"encoder": m.encoder.sha256, "scorer": m.scorer.sha256},
+            "target": m.target,
+            "weights": self.weights,
+            "feature_stats": "kept from the init artifact",
+        }
 
 
 def load_init(artifact_dir: Path, collection: str | None = None) -> InitArtifact:
@@ -115,11 +120,15 @@ def load_init(artifact_dir: Path, collection: str | None = None) -> InitArtifact
 
 def architecture(start: InitArtifact, **given: int | None) -> ModelConfig:
     """The artifact's architecture; a field given (not None) must agree with it."""
-    clashes = [f"--{k} {v} (it has {getattr(start.config, k)})"
-               for k, v in given.items() if v is not None and v != getattr(start.config, k)]  # fmt: skip
+    clashes = [
+        f"--{k} {v} (it has {getattr(start.config, k)})"
+        for k, v in given.items()
+        if v is not None and v != getattr(start.config, k)
+    ]
     if clashes:
-        raise InitError(f"--init {start.path} fixes the architecture; drop "
-                        + ", ".join(clashes))  # fmt: skip
+        raise InitError(
+            f"--init {start.path} fixes the architecture; drop " + ", ".join(clashes)
+        )
     return start.config
 
 
@@ -141,22 +150,27 @@ def finetune(
     """
     start = init if isinstance(init, InitArtifact) else load_init(init, cfg.collection)
     if start.manifest.collection != cfg.collection:
-        raise InitError(f"--init {start.path} is a {start.manifest.collection} model, "
-                        f"not {cfg.collection}")  # fmt: skip
+        raise InitError(
+            f"--init {start.path} is a {start.manifest.collection} model, "
+            f"not {cfg.collection}"
+        )
     architecture(start, **cfg.model.to_dict())
     check_out(start, out)
     result = fit(train_paths, valid_paths, cfg, out, console, init=start.model)
     result.summary["init"] = start.record()
     save_checkpoint(result, out)
-    return export_artifact(result, out, name=start.manifest.name,
-                           target=start.manifest.target)  # fmt: skip
+    return export_artifact(
+        result, out, name=start.manifest.name, target=start.manifest.target
+    )
 
 
 def check_out(start: InitArtifact, out: Path) -> None:
     """Refuse to write the new version over the artifact it starts from."""
     if out.resolve() == start.path.resolve():
-        raise InitError(f"--out {out} is the --init artifact; write the new version "
-                        "to another directory")  # fmt: skip
+        raise InitError(
+            f"--out {out} is the --init artifact; write the new version "
+            "to another directory"
+        )
 
 
 def _model_config(manifest: Manifest, where: str) -> ModelConfig:
@@ -166,8 +180,10 @@ def _model_config(manifest: Manifest, where: str) -> ModelConfig:
     except TypeError:
         cfg = None
     if cfg is None:
-        raise InitError(f"{where}: its manifest has no usable training.model_config "
-                        f"(the architecture): {raw!r}") from None  # fmt: skip
+        raise InitError(
+            f"{where}: its manifest has no usable training.model_config "
+            f"(the architecture): {raw!r}"
+        ) from None
     if cfg.collection != manifest.collection:
         raise InitError(f"{where}: training.model_config is for {cfg.collection}")
     return cfg
@@ -209,10 +225,16 @@ def _from_onnx(
 ) -> CostModel:
     model = CostModel(cfg)
     try:
-        restore(model.encoder, artifact_dir / manifest.encoder.file,
-                lambda: probe.encoder_gap(model))  # fmt: skip
-        restore(model.scorer, artifact_dir / manifest.scorer.file,
-                lambda: probe.scorer_gap(model))  # fmt: skip
+        restore(
+            model.encoder,
+            artifact_dir / manifest.encoder.file,
+            lambda: probe.encoder_gap(model),
+        )
+        restore(
+            model.scorer,
+            artifact_dir / manifest.scorer.file,
+            lambda: probe.scorer_gap(model),
+        )
     except Unrecoverable as exc:
         raise _Rejected(str(exc)) from None
     return model
@@ -243,8 +265,12 @@ class _Probe:
         # Noise on every feature, negative ones too: every column and code path counts.
         feat = _floats(arrays, "node_feat")
         feat += rng.normal(0, 3, feat.shape)
-        graph = make_graph(feat.astype(np.float32), arrays["node_opcode"],
-                           arrays["edge_index"], arrays.get("node_config_ids"))  # fmt: skip
+        graph = make_graph(
+            feat.astype(np.float32),
+            arrays["node_opcode"],
+            arrays["edge_index"],
+            arrays.get("node_config_ids"),
+        )
         configs = configs.astype(np.float32)
         return cls(runner, graph, configs, runner.encode(graph))
 

@@ -40,13 +40,19 @@ def restore(module: nn.Module, path: Path, gap: Callable[[], str | None]) -> Non
     initializers: names first, then each way to fill the rest from unnamed ones, until
     ``gap()`` (one line on how the module differs from the file, or None) is None."""
     graph = onnx.load(str(path)).graph
-    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer
-             if i.data_type == onnx.TensorProto.FLOAT}  # fmt: skip
+    inits = {
+        i.name: numpy_helper.to_array(i)
+        for i in graph.initializer
+        if i.data_type == onnx.TensorProto.FLOAT
+    }
     state = module.state_dict()
     known = set(state) | {name for name, _ in module.named_buffers()}
     spare = [a for n, a in inits.items() if n not in known and a.ndim > 0]
-    exact = {k: torch.from_numpy(inits[k].copy()) for k, v in state.items()
-             if k in inits and inits[k].shape == tuple(v.shape)}  # fmt: skip
+    exact = {
+        k: torch.from_numpy(inits[k].copy())
+        for k, v in state.items()
+        if k in inits and inits[k].shape == tuple(v.shape)
+    }
     missing = [k for k in state if k not in exact]
     choices: list[tuple[str, list[dict[str, Tensor]]]] = []
     for prefix, norm in _norm_linears(module):
@@ -56,8 +62,9 @@ def restore(module: nn.Module, path: Path, gap: Callable[[], str | None]) -> Non
         if any(k in missing for k in group):
             choices.append((prefix + "linear", _folded(norm, prefix, spare)))
             missing = [k for k in missing if k not in group]
-    choices += [(k, [{k: t} for t in _shaped(spare, tuple(state[k].shape))])
-                for k in missing]  # fmt: skip
+    choices += [
+        (k, [{k: t} for t in _shaped(spare, tuple(state[k].shape))]) for k in missing
+    ]
     if lacking := [name for name, options in choices if not options]:
         raise Unrecoverable(f"{path.name} has no initializer for {', '.join(lacking)}")
     ways = math.prod(len(options) for _, options in choices)
@@ -74,8 +81,11 @@ def restore(module: nn.Module, path: Path, gap: Callable[[], str | None]) -> Non
 
 
 def _norm_linears(module: nn.Module) -> list[tuple[str, NormLinear]]:
-    return [(f"{name}." if name else "", m) for name, m in module.named_modules()
-            if isinstance(m, NormLinear)]  # fmt: skip
+    return [
+        (f"{name}." if name else "", m)
+        for name, m in module.named_modules()
+        if isinstance(m, NormLinear)
+    ]
 
 
 def _shaped(arrays: list[np.ndarray], shape: tuple[int, ...]) -> list[Tensor]:
@@ -85,12 +95,19 @@ def _shaped(arrays: list[np.ndarray], shape: tuple[int, ...]) -> list[Tensor]:
     return [torch.from_numpy(np.array(a, dtype=np.float32, order="C")) for a in out]
 
 
-def _folded(norm: NormLinear, prefix: str, spare: list[np.ndarray]) -> list[dict[str, Tensor]]:  # fmt: skip
+def _folded(
+    norm: NormLinear, prefix: str, spare: list[np.ndarray]
+) -> list[dict[str, Tensor]]:
     """A folded NormLinear re-expressed: weight * inv_std as the weight, bias - weight @
     mean as the bias, no shift, and the columns it reads (nonzero ones) unscaled."""
     out_dim, in_dim = norm.linear.weight.shape
-    return [{prefix + "linear.weight": w, prefix + "linear.bias": b,
-             prefix + "mean": torch.zeros(in_dim),
-             prefix + "inv_std": (w != 0).any(dim=0).float()}
-            for w in _shaped(spare, (out_dim, in_dim))
-            for b in _shaped(spare, (out_dim,))]  # fmt: skip
+    return [
+        {
+            prefix + "linear.weight": w,
+            prefix + "linear.bias": b,
+            prefix + "mean": torch.zeros(in_dim),
+            prefix + "inv_std": (w != 0).any(dim=0).float(),
+        }
+        for w in _shaped(spare, (out_dim, in_dim))
+        for b in _shaped(spare, (out_dim,))
+    ]

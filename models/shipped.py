@@ -49,8 +49,10 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "tpugraphs"
-LAYOUT_TRAIN = ["npz/layout/xla/default/train/unet3d.npz",
-                "npz/layout/xla/random/train/openai_v0_rnn_optimized.npz"]  # fmt: skip
+LAYOUT_TRAIN = [
+    "npz/layout/xla/default/train/unet3d.npz",
+    "npz/layout/xla/random/train/openai_v0_rnn_optimized.npz",
+]
 LAYOUT_VALID = ["npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"]
 TILE_EPOCHS = 10
 LAYOUT_EPOCHS = 25
@@ -76,21 +78,40 @@ def tile_config(seed: int, epochs: int) -> TrainConfig:
     from xla_costmodel.models.network import ModelConfig
     from xla_costmodel.models.train import TrainConfig
 
-    return TrainConfig("tile", epochs=epochs, seed=seed, batch_configs=64,
-                       early_stopping=False, model=ModelConfig("tile"))  # fmt: skip
+    return TrainConfig(
+        "tile",
+        epochs=epochs,
+        seed=seed,
+        batch_configs=64,
+        early_stopping=False,
+        model=ModelConfig("tile"),
+    )
 
 
 def layout_config(seed: int, epochs: int) -> TrainConfig:
     from xla_costmodel.models.network import ModelConfig
     from xla_costmodel.models.train import TrainConfig
 
-    return TrainConfig("layout", epochs=epochs, seed=seed, batch_configs=32, lr=5e-3,
-                       max_steps_per_graph=16, early_stopping=False,
-                       model=ModelConfig("layout"))  # fmt: skip
+    return TrainConfig(
+        "layout",
+        epochs=epochs,
+        seed=seed,
+        batch_configs=32,
+        lr=5e-3,
+        max_steps_per_graph=16,
+        early_stopping=False,
+        model=ModelConfig("layout"),
+    )
 
 
-def build_tile(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
-               cfg: TrainConfig, console: Console) -> Manifest:  # fmt: skip
+def build_tile(
+    shared: Path,
+    artifact: Path,
+    checkpoint: Path,
+    runs: Path,
+    cfg: TrainConfig,
+    console: Console,
+) -> Manifest:
     """Cross-validate the recipe, then train on every file and export with CV metrics."""
     from xla_costmodel.models.checkpoint import save_checkpoint
     from xla_costmodel.models.crossval import cross_validate
@@ -105,15 +126,27 @@ def build_tile(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
     save_checkpoint(result, checkpoint)
     manifest = export_artifact(result, artifact, name="tile", version=artifact.name)
     described = {k: cv[k] for k in ("method", "folds", "epochs", "seed", "scored_by")}
-    described["note"] = ("each kernel scored by a model trained with this recipe on "
-                         "the other files; the shipped model trained on all of them")  # fmt: skip
-    metrics = {"split": "leave-one-kernel-out", "validation": described,
-               "collection": "tile", **{k: cv[k] for k in ("graphs", "mean", "baselines")}}  # fmt: skip
+    described["note"] = (
+        "each kernel scored by a model trained with this recipe on "
+        "the other files; the shipped model trained on all of them"
+    )
+    metrics = {
+        "split": "leave-one-kernel-out",
+        "validation": described,
+        "collection": "tile",
+        **{k: cv[k] for k in ("graphs", "mean", "baselines")},
+    }
     return _rewrite_metrics(artifact, manifest, metrics)
 
 
-def build_layout(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
-                 cfg: TrainConfig, console: Console) -> Manifest:  # fmt: skip
+def build_layout(
+    shared: Path,
+    artifact: Path,
+    checkpoint: Path,
+    runs: Path,
+    cfg: TrainConfig,
+    console: Console,
+) -> Manifest:
     """Train a fixed number of epochs on the train graphs, once per seed; ship the
     median seed by held-out tau and measure it on the valid graph."""
     from xla_costmodel.models.checkpoint import save_checkpoint
@@ -138,13 +171,18 @@ def build_layout(shared: Path, artifact: Path, checkpoint: Path, runs: Path,
     manifest = export_artifact(
         results[kept], artifact, name="layout", version=artifact.name
     )
-    described = {"method": "held-out graph", "files": [str(p) for p in valid],
-                 "epochs": cfg.epochs, "early_stopping": False, "seed": kept,
-                 "seeds_tau": {str(s): t and round(t, 4) for s, t in taus.items()},
-                 "scored_by": "onnxruntime",
-                 "note": "last epoch kept; of the seeds, the median by tau over the "
-                         "graph's distinct configs (seeds_tau, PyTorch); settings "
-                         "chosen on this graph (small grid)"}  # fmt: skip
+    described = {
+        "method": "held-out graph",
+        "files": [str(p) for p in valid],
+        "epochs": cfg.epochs,
+        "early_stopping": False,
+        "seed": kept,
+        "seeds_tau": {str(s): t and round(t, 4) for s, t in taus.items()},
+        "scored_by": "onnxruntime",
+        "note": "last epoch kept; of the seeds, the median by tau over the "
+        "graph's distinct configs (seeds_tau, PyTorch); settings "
+        "chosen on this graph (small grid)",
+    }
     return _rewrite_metrics(
         artifact, manifest, {**manifest.metrics, "validation": described}
     )
@@ -186,8 +224,10 @@ def run(
     # the committed manifests.
     shared = Path(os.path.relpath(shared.resolve()))
     tables = []
-    builds = {"tile": (build_tile, tile_config(seed, tile_epochs)),
-              "layout": (build_layout, layout_config(seed, layout_epochs))}  # fmt: skip
+    builds = {
+        "tile": (build_tile, tile_config(seed, tile_epochs)),
+        "layout": (build_layout, layout_config(seed, layout_epochs)),
+    }
     for name, (build, cfg) in builds.items():
         console.rule(name)
         artifact, checkpoint = out / name / version, checkpoints / name / version

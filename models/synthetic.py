@@ -81,16 +81,20 @@ def _graph(rng: np.random.Generator, n: int) -> tuple[Arrays, npt.NDArray[np.int
     return {"node_feat": feat, "node_opcode": opcode, "edge_index": edge_index}, dims
 
 
-def _runtimes(cost: npt.NDArray[np.float64], base: float, noise: float,
-              rng: np.random.Generator) -> npt.NDArray[np.int64]:  # fmt: skip
+def _runtimes(
+    cost: npt.NDArray[np.float64], base: float, noise: float, rng: np.random.Generator
+) -> npt.NDArray[np.int64]:
     rt = base * cost * np.exp(noise * rng.standard_normal(cost.shape))
     return np.maximum(np.round(rt), 2).astype(np.int64)
 
 
 def make_tile_arrays(
-    num_nodes: int = 30, num_configs: int = 100, seed: int = 0,
-    signal: bool = True, noise: float = 0.01,
-) -> Arrays:  # fmt: skip
+    num_nodes: int = 30,
+    num_configs: int = 100,
+    seed: int = 0,
+    signal: bool = True,
+    noise: float = 0.01,
+) -> Arrays:
     rng = np.random.default_rng(seed)
     graph, dims = _graph(rng, num_nodes)
     tile_rank = int(rng.integers(2, 5))
@@ -109,14 +113,22 @@ def make_tile_arrays(
         cost = rng.uniform(1.0, 3.0, num_configs)
     base = 1e3 * (1 + np.log2(graph["node_feat"][:, 28].sum()))
     runtime = _runtimes(cost, base, noise, rng)
-    return {**graph, "config_feat": config, "config_runtime": runtime,
-            "config_runtime_normalizers": np.full(num_configs, runtime[0], np.int64)}  # fmt: skip
+    return {
+        **graph,
+        "config_feat": config,
+        "config_runtime": runtime,
+        "config_runtime_normalizers": np.full(num_configs, runtime[0], np.int64),
+    }
 
 
 def make_layout_arrays(
-    num_nodes: int = 60, num_configs: int = 100, num_configurable: int = 8,
-    seed: int = 0, signal: bool = True, noise: float = 0.001,
-) -> Arrays:  # fmt: skip
+    num_nodes: int = 60,
+    num_configs: int = 100,
+    num_configurable: int = 8,
+    seed: int = 0,
+    signal: bool = True,
+    noise: float = 0.001,
+) -> Arrays:
     rng = np.random.default_rng(seed)
     graph, dims = _graph(rng, num_nodes)
     nc = min(num_configurable, num_nodes)
@@ -147,14 +159,22 @@ def make_layout_arrays(
         rng.choice(np.arange(1, num_nodes), min(2, num_nodes - 1), replace=False)
     )
     splits = np.concatenate([[0], inner, [num_nodes]]).astype(np.int64)[None, :]
-    return {**graph, "node_config_feat": node_config_feat, "node_config_ids": ids,
-            "config_runtime": runtime, "node_splits": splits}  # fmt: skip
+    return {
+        **graph,
+        "node_config_feat": node_config_feat,
+        "node_config_ids": ids,
+        "config_runtime": runtime,
+        "node_splits": splits,
+    }
 
 
 def make_xla_cpu_arrays(
-    num_nodes: int = 30, num_configs: int = 100, seed: int = 0,
-    signal: bool = True, noise: float = 0.01,
-) -> Arrays:  # fmt: skip
+    num_nodes: int = 30,
+    num_configs: int = 100,
+    seed: int = 0,
+    signal: bool = True,
+    noise: float = 0.01,
+) -> Arrays:
     rng = np.random.default_rng(seed)
     graph, _ = _graph(rng, num_nodes)
     config = xla_cpu.sample(num_configs, seed)  # distinct rows, row 0 the default
@@ -165,9 +185,13 @@ def make_xla_cpu_arrays(
         cost = rng.uniform(1.0, 3.0, num_configs)
     base = 1e4 * (1 + np.log2(graph["node_feat"][:, 28].sum()))
     runtime = _runtimes(cost, base, noise, rng)
-    return {**graph, "config_feat": config, "config_runtime": runtime,
-            "config_runtime_normalizers": np.full(num_configs, runtime[0], np.int64),
-            CONFIG_SPEC_KEY: np.array(xla_cpu.SPEC)}  # fmt: skip
+    return {
+        **graph,
+        "config_feat": config,
+        "config_runtime": runtime,
+        "config_runtime_normalizers": np.full(num_configs, runtime[0], np.int64),
+        CONFIG_SPEC_KEY: np.array(xla_cpu.SPEC),
+    }
 
 
 # Per collection: its array maker and its folder under ``npz/`` (the dataset's layout).

@@ -164,10 +164,12 @@ def selection_score(collection: str, metrics: dict[str, float | None]) -> float:
 
 def install_stats(model: CostModel, stats: FeatureStats) -> None:
     t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
-    model.set_stats({
-        "node": (t(stats.node_mean), t(stats.node_std)),
-        "config": (t(stats.config_mean), t(stats.config_std)),
-    })  # fmt: skip
+    model.set_stats(
+        {
+            "node": (t(stats.node_mean), t(stats.node_std)),
+            "config": (t(stats.config_mean), t(stats.config_std)),
+        }
+    )
 
 
 def steps_for(ex: Example, cfg: TrainConfig) -> int:
@@ -276,9 +278,11 @@ def fit(
     log_path.write_text("")
     selecting = bool(valid_paths) and cfg.early_stopping
     if selecting and not any(ex.rankable for ex in valid_store):
-        message = ("no validation graph has 2 or more distinct configs: nothing to "
-                   "select on, so early stopping is off (every epoch runs, the last "
-                   "is kept)")  # fmt: skip
+        message = (
+            "no validation graph has 2 or more distinct configs: nothing to "
+            "select on, so early stopping is off (every epoch runs, the last "
+            "is kept)"
+        )
         warnings.warn(message, stacklevel=2)
         console.print(f"[yellow]warning:[/] {message}")
         selecting = False
@@ -304,8 +308,15 @@ def fit(
             improved = best is None or score > best[0]
             if improved:
                 best = (score, epoch, copy.deepcopy(model.state_dict()), metrics)
-            _log_epoch(log_path, progress.console, epoch, loss, metrics, improved,
-                       time.monotonic() - t0)  # fmt: skip
+            _log_epoch(
+                log_path,
+                progress.console,
+                epoch,
+                loss,
+                metrics,
+                improved,
+                time.monotonic() - t0,
+            )
             if best is not None and epoch - best[1] >= cfg.patience:
                 progress.console.print(f"early stop: best epoch was {best[1]}")
                 break
@@ -336,11 +347,23 @@ def fit(
     return TrainResult(model, summary, best[3])
 
 
-def _log_epoch(log_path: Path, console: Console, epoch: int, loss: float | None,
-               metrics: dict[str, float | None], improved: bool, seconds: float) -> None:  # fmt: skip
+def _log_epoch(
+    log_path: Path,
+    console: Console,
+    epoch: int,
+    loss: float | None,
+    metrics: dict[str, float | None],
+    improved: bool,
+    seconds: float,
+) -> None:
     """One JSON line in ``train_log.jsonl`` and one console line (epoch 0: the start)."""
-    line = {"epoch": epoch, "loss": loss, "valid": metrics, "best": improved,
-            "seconds": round(seconds, 3)}  # fmt: skip
+    line = {
+        "epoch": epoch,
+        "loss": loss,
+        "valid": metrics,
+        "best": improved,
+        "seconds": round(seconds, 3),
+    }
     with log_path.open("a") as f:
         f.write(json.dumps(line) + "\n")
     shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if v is not None)
@@ -351,9 +374,13 @@ def _log_epoch(log_path: Path, console: Console, epoch: int, loss: float | None,
 
 def _progress(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console, transient=True,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def main() -> None:

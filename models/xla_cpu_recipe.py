@@ -138,8 +138,18 @@ def _load_folder(data: Path) -> list[Program]:
         if round_min is not None and round_min.shape[1] >= 3:
             # Every target the same way, whichever collector version wrote it.
             runtimes = normalised_medians(round_min).astype(np.float64)
-        out.append(Program(side["name"], side["family"], npz, sample.configs,
-                           runtimes, float(side["noise"]), round_min, target))  # fmt: skip
+        out.append(
+            Program(
+                side["name"],
+                side["family"],
+                npz,
+                sample.configs,
+                runtimes,
+                float(side["noise"]),
+                round_min,
+                target,
+            )
+        )
     return out
 
 
@@ -174,10 +184,18 @@ def recipe_config(seed: int = 0, epochs: int = EPOCHS) -> TrainConfig:
     from xla_costmodel.models.network import ModelConfig
     from xla_costmodel.models.train import TrainConfig
 
-    model = ModelConfig("xla_cpu", hidden=HIDDEN, layers=LAYERS, embed=HIDDEN,
-                        scorer_hidden=HIDDEN)  # fmt: skip
-    return TrainConfig("xla_cpu", epochs=epochs, seed=seed, batch_configs=64,
-                       max_steps_per_graph=2, early_stopping=False, model=model)  # fmt: skip
+    model = ModelConfig(
+        "xla_cpu", hidden=HIDDEN, layers=LAYERS, embed=HIDDEN, scorer_hidden=HIDDEN
+    )
+    return TrainConfig(
+        "xla_cpu",
+        epochs=epochs,
+        seed=seed,
+        batch_configs=64,
+        max_steps_per_graph=2,
+        early_stopping=False,
+        model=model,
+    )
 
 
 @dataclass
@@ -222,8 +240,9 @@ def run_folds(
             ("family", f, lambda p, f=f: p.family == f) for f in families(programs)
         ]
     if "target" in kinds and len(targets_of(programs)) > 1:
-        splits += [("target", t, lambda p, t=t: p.target == t)
-                   for t in targets_of(programs)]  # fmt: skip
+        splits += [
+            ("target", t, lambda p, t=t: p.target == t) for t in targets_of(programs)
+        ]
     folds = []
     for kind, held, out in splits:
         start = time.monotonic()
@@ -237,8 +256,17 @@ def run_folds(
             for p in test
         }
         row, geomean = fixed_row(train)
-        folds.append(Fold(held, [p.key for p in train], row.tolist(), geomean,
-                          scores, round(time.monotonic() - start, 1), kind))  # fmt: skip
+        folds.append(
+            Fold(
+                held,
+                [p.key for p in train],
+                row.tolist(),
+                geomean,
+                scores,
+                round(time.monotonic() - start, 1),
+                kind,
+            )
+        )
     return folds
 
 
@@ -292,9 +320,14 @@ def program_row(program: Program, scores: F64, row: F32) -> dict[str, Any]:
 
 def _means(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     keys = XLA_CPU.metrics.keys
-    return {"graphs": len(rows), "model": mean_metrics(rows, keys),
-            **{b: mean_metrics([r[b] for r in rows], keys)
-               for b in ("default", "random", "fixed")}}  # fmt: skip
+    return {
+        "graphs": len(rows),
+        "model": mean_metrics(rows, keys),
+        **{
+            b: mean_metrics([r[b] for r in rows], keys)
+            for b in ("default", "random", "fixed")
+        },
+    }
 
 
 def cv_report(
@@ -315,31 +348,44 @@ def cv_report(
     rows, by_target = rows_of("family"), rows_of("target")
     target_folds = [f for f in folds if f.kind == "target"]
     folds = [f for f in folds if f.kind == "family"]
-    per_family = {f.family: _means([r for r in rows if r["family"] == f.family])
-                  for f in folds}  # fmt: skip
-    per_target = {f.family: _means([r for r in by_target if r["target"] == f.family])
-                  for f in target_folds}  # fmt: skip
+    per_family = {
+        f.family: _means([r for r in rows if r["family"] == f.family]) for f in folds
+    }
+    per_target = {
+        f.family: _means([r for r in by_target if r["target"] == f.family])
+        for f in target_folds
+    }
     overall = _means(rows)
-    return nan_to_none({
-        "collection": XLA_CPU.name,
-        "split": METHOD,
-        "validation": {
-            "method": METHOD, "folds": len(folds), "families": [f.family for f in folds],
-            "epochs": cfg.epochs, "seed": cfg.seed, "scored_by": "pytorch",
-            "fold_seconds": {f.family: f.seconds for f in folds},
-            "fixed": {f.family: {"options": xla_cpu.to_options(f.fixed_row),
-                                 "train_geomean": round(f.fixed_train_geomean, 4)}
-                      for f in folds},
-            "note": "each program ranked by a model trained with this recipe on the "
-                    "other families only; fixed = the best single option set on those "
-                    "same training families; the shipped model trained on all",
-        },
-        "graphs": rows,
-        "families": per_family,
-        "targets_left_out": per_target,
-        "mean": overall["model"],
-        "baselines": {b: overall[b] for b in ("default", "random", "fixed")},
-    })  # fmt: skip
+    return nan_to_none(
+        {
+            "collection": XLA_CPU.name,
+            "split": METHOD,
+            "validation": {
+                "method": METHOD,
+                "folds": len(folds),
+                "families": [f.family for f in folds],
+                "epochs": cfg.epochs,
+                "seed": cfg.seed,
+                "scored_by": "pytorch",
+                "fold_seconds": {f.family: f.seconds for f in folds},
+                "fixed": {
+                    f.family: {
+                        "options": xla_cpu.to_options(f.fixed_row),
+                        "train_geomean": round(f.fixed_train_geomean, 4),
+                    }
+                    for f in folds
+                },
+                "note": "each program ranked by a model trained with this recipe on the "
+                "other families only; fixed = the best single option set on those "
+                "same training families; the shipped model trained on all",
+            },
+            "graphs": rows,
+            "families": per_family,
+            "targets_left_out": per_target,
+            "mean": overall["model"],
+            "baselines": {b: overall[b] for b in ("default", "random", "fixed")},
+        }
+    )
 
 
 def sidecar_target(data: Path) -> str:
@@ -351,10 +397,19 @@ def sidecar_target(data: Path) -> str:
         if isinstance(side, dict) and side.get("status") == "ok":
             m = side["machine"]
             model = m.get("cpu_model", "")
-            vendor = ("AuthenticAMD" if "AMD" in model else
-                      "GenuineIntel" if "Intel" in model else "unknown")  # fmt: skip
-            info = {"vendor_id": vendor, "cpu family": str(m.get("cpu_family")),
-                    "model": str(m.get("cpu_model_id")), "flags": " ".join(m["isa_flags"])}  # fmt: skip
+            vendor = (
+                "AuthenticAMD"
+                if "AMD" in model
+                else "GenuineIntel"
+                if "Intel" in model
+                else "unknown"
+            )
+            info = {
+                "vendor_id": vendor,
+                "cpu family": str(m.get("cpu_family")),
+                "model": str(m.get("cpu_model_id")),
+                "flags": " ".join(m["isa_flags"]),
+            }
             names.add(machine.target(info))
     if len(names) != 1:
         raise ValueError(f"the sidecars name {len(names)} CPU targets: {sorted(names)}")
@@ -368,17 +423,36 @@ def format_cv(report: dict[str, Any]) -> str:
         f"{k.split('_')[0]} model / default / random / fixed" for k in keys
     )
     lines = [head + " |", "|---" * (len(keys) + 2) + "|"]
-    rows = [*report["families"].items(), ("**mean**", {
-        "graphs": len(report["graphs"]), "model": report["mean"], **report["baselines"]})]  # fmt: skip
+    rows = [
+        *report["families"].items(),
+        (
+            "**mean**",
+            {
+                "graphs": len(report["graphs"]),
+                "model": report["mean"],
+                **report["baselines"],
+            },
+        ),
+    ]
     for family, m in rows:
-        cells = [" / ".join(f"{m[c][k]:.3f}" for c in ("model", "default", "random", "fixed"))
-                 for k in keys]  # fmt: skip
+        cells = [
+            " / ".join(
+                f"{m[c][k]:.3f}" for c in ("model", "default", "random", "fixed")
+            )
+            for k in keys
+        ]
         lines.append(f"| {family} | {m['graphs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def build(data: Path, out: Path, checkpoint: Path, runs: Path, cfg: TrainConfig,
-          console: Console) -> dict[str, Any]:  # fmt: skip
+def build(
+    data: Path,
+    out: Path,
+    checkpoint: Path,
+    runs: Path,
+    cfg: TrainConfig,
+    console: Console,
+) -> dict[str, Any]:
     """Cross-validate, train on every program, export with the CV metrics."""
     from xla_costmodel.manifest import KnowledgeFile, sha256_file, write_manifest
     from xla_costmodel.models.checkpoint import save_checkpoint
@@ -400,15 +474,20 @@ def build(data: Path, out: Path, checkpoint: Path, runs: Path, cfg: TrainConfig,
     save_checkpoint(result, checkpoint)
     counts = {t: sum(p.target == t for p in programs) for t in targets_of(programs)}
     main_target = max(counts, key=lambda t: (counts[t], t))
-    manifest = export_artifact(result, out, name="xla_cpu", version=out.name,
-                               target=main_target)  # fmt: skip
+    manifest = export_artifact(
+        result, out, name="xla_cpu", version=out.name, target=main_target
+    )
     report["validation"]["shipped_training_seconds"] = round(
         time.monotonic() - start, 1
     )
     seeds = write_seeds(programs, out / SEEDS_FILE)
-    update = {"metrics": report, "targets": sorted(counts),
-              "knowledge": KnowledgeFile(file=SEEDS_FILE, sha256=sha256_file(seeds),
-                                         programs=counts)}  # fmt: skip
+    update = {
+        "metrics": report,
+        "targets": sorted(counts),
+        "knowledge": KnowledgeFile(
+            file=SEEDS_FILE, sha256=sha256_file(seeds), programs=counts
+        ),
+    }
     write_manifest(out, manifest.model_copy(update=update))
     return report
 
@@ -420,8 +499,13 @@ def write_seeds(programs: Sequence[Program], path: Path) -> Path:
     seeds: dict[str, list[knowledge.ProgramRecord]] = {}
     for p in programs:
         graph = load_npz(p.path, XLA_CPU.name).graph
-        rec = knowledge.record(p.name, knowledge.summarize(graph.node_opcode),
-                               p.configs, p.runtimes, p.configs[0])  # fmt: skip
+        rec = knowledge.record(
+            p.name,
+            knowledge.summarize(graph.node_opcode),
+            p.configs,
+            p.runtimes,
+            p.configs[0],
+        )
         if rec is not None:
             seeds.setdefault(p.target, []).append(rec)
     knowledge.save_seeds(path, seeds)

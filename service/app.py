@@ -73,10 +73,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.model_dir, settings.models, options, settings.keep_versions, metrics
     )
     limits = Limits(
-        settings.max_nodes, settings.max_edges, settings.max_configs,
-        settings.max_hlo_bytes, settings.max_hlo_instructions,
+        settings.max_nodes,
+        settings.max_edges,
+        settings.max_configs,
+        settings.max_hlo_bytes,
+        settings.max_hlo_instructions,
         settings.max_scored_bytes,
-    )  # fmt: skip
+    )
     url = (
         settings.database_url.get_secret_value()
         if settings.database_url

@@ -265,10 +265,17 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     raw = _npz_raw_graph(arrays)
     graph = raw if raw.arrays else None
     return RankRequest(
-        params.model, params.model_version, params.graph_id, graph,
-        arrays[present[0]], present[0], params.top_k, params.target,
-        params.adapt is not False, portfolio=params.portfolio is True,
-    )  # fmt: skip
+        params.model,
+        params.model_version,
+        params.graph_id,
+        graph,
+        arrays[present[0]],
+        present[0],
+        params.top_k,
+        params.target,
+        params.adapt is not False,
+        portfolio=params.portfolio is True,
+    )
 
 
 def _npz_raw_graph(arrays: Mapping[str, Any]) -> RawGraph:

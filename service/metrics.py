@@ -35,8 +35,21 @@ from xla_costmodel.service.fleet_metrics import FleetCollector
 from xla_costmodel.service.process_memory import memory_limit_bytes, resident_bytes
 
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 50_000)
 # Workers sample their RSS on cache events at most this often (a /proc read).
 RSS_SAMPLE_S = 1.0
@@ -69,29 +82,45 @@ class Metrics:
         self.multiprocess = multiprocess_dir() is not None
         self.registry = r = CollectorRegistry()
         self.request_seconds = Histogram(
-            "costmodel_request_duration_seconds", "Request latency, whole request.",
-            ["route", "method", "model"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "costmodel_request_duration_seconds",
+            "Request latency, whole request.",
+            ["route", "method", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.requests = Counter(
-            "costmodel_requests", "Responses by route and status.",
-            ["route", "method", "status"], registry=r,
-        )  # fmt: skip
+            "costmodel_requests",
+            "Responses by route and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
         self.inflight = Gauge(
-            "costmodel_inflight_requests", "Requests in progress.", registry=r,
+            "costmodel_inflight_requests",
+            "Requests in progress.",
+            registry=r,
             multiprocess_mode="livesum",
-        )  # fmt: skip
+        )
         self.encode_seconds = Histogram(
-            "costmodel_encode_duration_seconds", "Encoder run time (one graph).",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "costmodel_encode_duration_seconds",
+            "Encoder run time (one graph).",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.score_seconds = Histogram(
-            "costmodel_score_duration_seconds", "Scorer run time (one config batch).",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "costmodel_score_duration_seconds",
+            "Scorer run time (one config batch).",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.batch_size = Histogram(
-            "costmodel_rank_batch_size", "Configs per rank request.",
-            ["model"], buckets=BATCH_BUCKETS, registry=r,
-        )  # fmt: skip
+            "costmodel_rank_batch_size",
+            "Configs per rank request.",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
         self.configs_ranked = Counter(
             "costmodel_configs_ranked", "Configs scored.", ["model"], registry=r
         )
@@ -102,13 +131,17 @@ class Metrics:
             "costmodel_cache_misses", "Embedding cache misses.", ["level"], registry=r
         )
         self.cache_errors = Counter(
-            "costmodel_cache_errors", "Embedding cache failures (each one a miss).",
-            ["level", "op"], registry=r,
-        )  # fmt: skip
+            "costmodel_cache_errors",
+            "Embedding cache failures (each one a miss).",
+            ["level", "op"],
+            registry=r,
+        )
         self.cache_bypassed = Counter(
-            "costmodel_cache_bypassed", "Lookups that skipped Redis during its cooldown.",
-            ["level"], registry=r,
-        )  # fmt: skip
+            "costmodel_cache_bypassed",
+            "Lookups that skipped Redis during its cooldown.",
+            ["level"],
+            registry=r,
+        )
         # Workers: the sum over live ones, each as of its latest cache lookup.
         self.memory_bytes = Gauge(
             "costmodel_cache_memory_bytes",
@@ -123,77 +156,111 @@ class Metrics:
             multiprocess_mode="livesum",
         )
         self.model_info = Gauge(
-            "costmodel_model_info", "Loaded model versions (1 = serves unpinned requests).",
-            ["model", "version", "collection"], registry=r, multiprocess_mode="livemax",
-        )  # fmt: skip
+            "costmodel_model_info",
+            "Loaded model versions (1 = serves unpinned requests).",
+            ["model", "version", "collection"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.reloads = Counter(
-            "costmodel_model_reloads", "Model loads and reloads by result.",
-            ["model", "result"], registry=r,
-        )  # fmt: skip
+            "costmodel_model_reloads",
+            "Model loads and reloads by result.",
+            ["model", "result"],
+            registry=r,
+        )
         self.feedback_measurements = Counter(
-            "costmodel_feedback_measurements", "Measured runtimes stored (committed) "
-            "by /v1/feedback.",
-            ["model"], registry=r,
-        )  # fmt: skip
+            "costmodel_feedback_measurements",
+            "Measured runtimes stored (committed) by /v1/feedback.",
+            ["model"],
+            registry=r,
+        )
         self.online_kendall_tau = Gauge(
-            "costmodel_online_kendall_tau", "Running mean, since start, of Kendall "
+            "costmodel_online_kendall_tau",
+            "Running mean, since start, of Kendall "
             "tau-b between the model's scores and fed-back runtimes (per request).",
-            ["model", "version"], registry=r, multiprocess_mode="liveall",
-        )  # fmt: skip
+            ["model", "version"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
         self.online_top1_slowdown = Gauge(
-            "costmodel_online_top1_slowdown", "Running mean, since start, of the "
+            "costmodel_online_top1_slowdown",
+            "Running mean, since start, of the "
             "measured runtime of the best-scored fed-back config / the best one - 1.",
-            ["model", "version"], registry=r, multiprocess_mode="liveall",
-        )  # fmt: skip
+            ["model", "version"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
         self.adapt_fits = Histogram(
-            "costmodel_adaptation_fit_duration_seconds", "Per-graph adaptation fits "
+            "costmodel_adaptation_fit_duration_seconds",
+            "Per-graph adaptation fits "
             "(one per graph whose measurements changed) and their duration.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.adapt_measurements = Histogram(
-            "costmodel_adaptation_fit_measurements", "Distinct measured configs a "
-            "per-graph fit used.", ["model"], buckets=BATCH_BUCKETS, registry=r,
-        )  # fmt: skip
+            "costmodel_adaptation_fit_measurements",
+            "Distinct measured configs a per-graph fit used.",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
         self.knowledge_fits = Histogram(
-            "costmodel_knowledge_fit_duration_seconds", "Target-knowledge fits (off "
+            "costmodel_knowledge_fit_duration_seconds",
+            "Target-knowledge fits (off "
             "the request path: a target whose measurements changed) and their duration.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.knowledge_programs = Gauge(
-            "costmodel_knowledge_programs", "Programs in the latest target-knowledge "
+            "costmodel_knowledge_programs",
+            "Programs in the latest target-knowledge "
             "fit of a model (its own target's and, at reduced trust, other targets').",
-            ["model"], registry=r, multiprocess_mode="max",
-        )  # fmt: skip
+            ["model"],
+            registry=r,
+            multiprocess_mode="max",
+        )
         self.rankings = Counter(
-            "costmodel_rankings", "Rank requests answered, adapted to measurements of "
+            "costmodel_rankings",
+            "Rank requests answered, adapted to measurements of "
             "the graph or by the model's prior alone.",
-            ["model", "adapted"], registry=r,
-        )  # fmt: skip
+            ["model", "adapted"],
+            registry=r,
+        )
         self.store_errors = Counter(
-            "costmodel_store_errors", "Measurement database failures by operation "
+            "costmodel_store_errors",
+            "Measurement database failures by operation "
             "(feedback: 503; ranking: prior alone; archive: retried on a later sight).",
-            ["op"], registry=r,
-        )  # fmt: skip
+            ["op"],
+            registry=r,
+        )
         self.body_timeouts = Counter(
-            "costmodel_body_timeouts", "Requests answered 408: the body did not "
+            "costmodel_body_timeouts",
+            "Requests answered 408: the body did not "
             "arrive within COSTMODEL_BODY_TIMEOUT_S (before taking an in-flight slot).",
             registry=r,
-        )  # fmt: skip
+        )
         self.ready = Gauge(
-            "costmodel_ready", "1 when every configured model is loaded and warm "
+            "costmodel_ready",
+            "1 when every configured model is loaded and warm "
             "(what /readyz answers); the lowest over live workers.",
-            registry=r, multiprocess_mode="livemin",
-        )  # fmt: skip
+            registry=r,
+            multiprocess_mode="livemin",
+        )
         self.resident_bytes = Gauge(
-            "costmodel_process_resident_memory_bytes", "Resident memory of the "
-            "service's processes (the sum over live workers).",
-            registry=r, multiprocess_mode="livesum",
-        )  # fmt: skip
+            "costmodel_process_resident_memory_bytes",
+            "Resident memory of the service's processes (the sum over live workers).",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.memory_limit = Gauge(
-            "costmodel_memory_limit_bytes", "Memory the processes may use: the "
+            "costmodel_memory_limit_bytes",
+            "Memory the processes may use: the "
             "cgroup's limit (a pod's limits.memory), else the machine's RAM.",
-            registry=r, multiprocess_mode="livemax",
-        )  # fmt: skip
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.memory_limit.set(memory_limit_bytes())
         self._loaded: dict[str, list[tuple[str, str, str]]] = {}
         self._memory: tuple[Callable[[], float], Callable[[], float]] | None = None

@@ -61,10 +61,22 @@ class RedisProcess:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -155,8 +167,11 @@ class PostgresProcess:
                 entry = pwd.getpwnam("postgres")
             except KeyError:
                 pytest.fail("running as root, but there is no `postgres` user")
-            self.as_user = {"user": entry.pw_uid, "group": entry.pw_gid,
-                            "extra_groups": []}  # fmt: skip
+            self.as_user = {
+                "user": entry.pw_uid,
+                "group": entry.pw_gid,
+                "extra_groups": [],
+            }
         self.root = Path(tempfile.mkdtemp(prefix="costmodel-pg-"))
         self.datadir = self.root / "data"
         self.sockdir = self.root / "sock"
@@ -168,10 +183,23 @@ class PostgresProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.root / "postgres.log"
         result = subprocess.run(
-            [str(bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
-             "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"],
-            capture_output=True, text=True, **self.as_user,
-        )  # fmt: skip
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(self.datadir),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            **self.as_user,
+        )
         if result.returncode != 0:
             pytest.fail(f"initdb failed: {result.stderr or result.stdout}")
 
@@ -181,13 +209,29 @@ class PostgresProcess:
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [str(self.bindir / "postgres"), "-D", str(self.datadir),
-                 "-p", str(self.port), "-k", str(self.sockdir),
-                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-                 "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                 "-c", "max_connections=200"],
-                stdout=log, stderr=subprocess.STDOUT, **self.as_user,
-            )  # fmt: skip
+                [
+                    str(self.bindir / "postgres"),
+                    "-D",
+                    str(self.datadir),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.sockdir),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                **self.as_user,
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -24,16 +24,29 @@ HEAVY = ("onnxruntime", "fastapi", "uvicorn", "redis", "torch", "jax", "sqlalche
 def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    built = run(sys.executable, "-m", "build", "--no-isolation", "--wheel", "--sdist",
-                "--outdir", out, REPO)  # fmt: skip
+    built = run(
+        sys.executable,
+        "-m",
+        "build",
+        "--no-isolation",
+        "--wheel",
+        "--sdist",
+        "--outdir",
+        out,
+        REPO,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return out
 
@@ -57,10 +70,14 @@ def test_the_wheel_holds_one_package_and_the_sdist_builds(dist: Path) -> None:
         names = z.namelist()
     tops = {n.split("/", 1)[0] for n in names if ".dist-info/" not in n}
     assert tops == {"xla_costmodel"}
-    for needed in ("xla_costmodel/py.typed", "xla_costmodel/clients/client.py",
-                   "xla_costmodel/service/app.py", "xla_costmodel/tpugraphs/reader.py",
-                   "xla_costmodel/models/artifacts/tile/1/manifest.json",
-                   "xla_costmodel/service/store/migrations/env.py"):  # fmt: skip
+    for needed in (
+        "xla_costmodel/py.typed",
+        "xla_costmodel/clients/client.py",
+        "xla_costmodel/service/app.py",
+        "xla_costmodel/tpugraphs/reader.py",
+        "xla_costmodel/models/artifacts/tile/1/manifest.json",
+        "xla_costmodel/service/store/migrations/env.py",
+    ):
         assert needed in names, needed
 
 
@@ -74,13 +91,21 @@ def test_the_base_install_is_the_client(base_env: Path, tmp_path: Path) -> None:
     for own in ("clients", "models"):
         (tmp_path / own).mkdir()
         (tmp_path / own / "__init__.py").write_text(f"NAME = 'users {own}'\n")
-    code = ("from xla_costmodel.clients import CostModelClient, AsyncCostModelClient; "
-            "import clients, models; print(clients.NAME, models.NAME, "
-            "CostModelClient.__name__, AsyncCostModelClient.__name__)")  # fmt: skip
+    code = (
+        "from xla_costmodel.clients import CostModelClient, AsyncCostModelClient; "
+        "import clients, models; print(clients.NAME, models.NAME, "
+        "CostModelClient.__name__, AsyncCostModelClient.__name__)"
+    )
     used = run(python, "-c", code, cwd=tmp_path)
     assert used.returncode == 0, used.stderr
-    assert used.stdout.split() == ["users", "clients", "users", "models",
-                                   "CostModelClient", "AsyncCostModelClient"]  # fmt: skip
+    assert used.stdout.split() == [
+        "users",
+        "clients",
+        "users",
+        "models",
+        "CostModelClient",
+        "AsyncCostModelClient",
+    ]
 
 
 @pytest.mark.slow
@@ -91,12 +116,18 @@ def test_the_command_works_and_names_missing_extras(
     helped = run(costmodel, "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "serve" in helped.stdout, helped.stderr
     shown = run(costmodel, "--version", cwd=tmp_path)
-    version = run(sys.executable, "-c",
-                  "import importlib.metadata as m; print(m.version('xla-costmodel'))")  # fmt: skip
+    version = run(
+        sys.executable,
+        "-c",
+        "import importlib.metadata as m; print(m.version('xla-costmodel'))",
+    )
     assert shown.returncode == 0
     assert shown.stdout.strip() == f"xla-costmodel {version.stdout.strip()}"
-    for command, extra in (("serve", "service"), ("train", "train"),
-                           ("dataset export", "service")):  # fmt: skip
+    for command, extra in (
+        ("serve", "service"),
+        ("train", "train"),
+        ("dataset export", "service"),
+    ):
         refused = run(costmodel, *command.split(), "--port", "1", cwd=tmp_path)
         assert refused.returncode == 1, (command, refused.stdout, refused.stderr)
         lines = refused.stderr.strip().splitlines()

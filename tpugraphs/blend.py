@@ -162,10 +162,13 @@ def blend(
                 spread(cfg, scores, seen=[] if seen is None else list(seen)), np.int64
             )
     return Blended(
-        scores.astype(np.float32), order, adapted,
+        scores.astype(np.float32),
+        order,
+        adapted,
         *_held(knowledge, exclude),
-        share, prior_weight,
-    )  # fmt: skip
+        share,
+        prior_weight,
+    )
 
 
 def _z(values: F64, reference: F32 | None) -> F64:

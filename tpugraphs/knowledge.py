@@ -103,8 +103,12 @@ def record(
     inverse = inverse.ravel()
     logs = np.log(rt)
     who = None if writers is None else np.asarray([w or "" for w in writers])
-    med = np.array([_vote(logs[inverse == g], None if who is None else who[inverse == g])
-                    for g in range(len(uniq))])  # fmt: skip
+    med = np.array(
+        [
+            _vote(logs[inverse == g], None if who is None else who[inverse == g])
+            for g in range(len(uniq))
+        ]
+    )
     default = np.asarray(default_row, np.float32).ravel()
     hit = np.flatnonzero((uniq == default).all(1))
     if hit.size == 0 or len(uniq) < 2:
@@ -141,8 +145,17 @@ class Knowledge:
         width = default.size
         if not kept:
             empty = np.zeros((0, width), np.float64)
-            return cls(default, (), np.zeros((0, OPCODES)), _keys(np.zeros((0, width), np.float32)),
-                       np.zeros(0, np.int64), np.zeros(0), empty, 0, np.zeros(0))  # fmt: skip
+            return cls(
+                default,
+                (),
+                np.zeros((0, OPCODES)),
+                _keys(np.zeros((0, width), np.float32)),
+                np.zeros(0, np.int64),
+                np.zeros(0),
+                empty,
+                0,
+                np.zeros(0),
+            )
         rows = np.concatenate([r.configs for r in kept]).astype(np.float32)
         program = np.concatenate(
             [np.full(len(r.rel), i, np.int64) for i, r in enumerate(kept)]
@@ -152,11 +165,17 @@ class Knowledge:
         order = np.argsort(keys, kind="stable")
         coef = np.stack([_additive(r.configs, r.rel, default) for r in kept])
         return cls(
-            default, tuple(r.name for r in kept), np.stack([r.summary for r in kept]),
-            keys[order], program[order], rel[order], coef,
-            sum(r.measurements for r in kept), np.array([r.trust for r in kept]),
+            default,
+            tuple(r.name for r in kept),
+            np.stack([r.summary for r in kept]),
+            keys[order],
+            program[order],
+            rel[order],
+            coef,
+            sum(r.measurements for r in kept),
+            np.array([r.trust for r in kept]),
             tuple(r.measurements for r in kept),
-        )  # fmt: skip
+        )
 
     def values(self, configs: npt.ArrayLike) -> F64:
         """[M, P] each program's value for each config (measured, else its guess)."""
@@ -319,13 +338,17 @@ def save_seeds(path: str | Path, seeds: Mapping[str, Sequence[ProgramRecord]]) -
     arrays = {
         "target": np.array([t for t, _ in recs], dtype=str),
         "name": np.array([r.name for _, r in recs], dtype=str),
-        "summary": np.stack([r.summary for _, r in recs]) if recs else np.zeros((0, OPCODES)),
+        "summary": np.stack([r.summary for _, r in recs])
+        if recs
+        else np.zeros((0, OPCODES)),
         "measurements": np.array([r.measurements for _, r in recs], np.int64),
         "trust": np.array([r.trust for _, r in recs], np.float64),
         "rows": np.array([len(r.rel) for _, r in recs], np.int64),
-        "configs": np.concatenate([r.configs for _, r in recs]) if recs else np.zeros((0, width), np.float32),
+        "configs": np.concatenate([r.configs for _, r in recs])
+        if recs
+        else np.zeros((0, width), np.float32),
         "rel": np.concatenate([r.rel for _, r in recs]) if recs else np.zeros(0),
-    }  # fmt: skip
+    }
     with open(path, "wb") as f:
         # numpy's stub types **kwds as its allow_pickle flag
         np.savez_compressed(f, **arrays)  # type: ignore[arg-type]

@@ -13,10 +13,25 @@ from typing import Any
 
 # The ISA extensions that decide which kernels XLA:CPU and its libraries can emit.
 ISA_FLAGS = (
-    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw",
-    "avx512vl", "avx512cd", "avx512_vnni", "avx512_bf16", "avx512ifma", "avx512vbmi",
-    "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
-)  # fmt: skip
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+    "avx512cd",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512ifma",
+    "avx512vbmi",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def cpuinfo(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:

@@ -72,12 +72,30 @@ def collect(
         # Some option sets crash XLA itself: the work runs in a child process, which
         # is restarted after a crash and leaves the crashing config out (probe.py).
         argv = [
-            "collect", "--out", str(out), "--programs", programs, "--configs", str(configs),
-            "--time-budget", str(time_budget), "--seed", str(seed), "--controls", str(controls),
-            "--runs", str(runs), "--max-rounds", str(max_rounds), "--cpu", str(cpu),
-            "--noise-threshold", str(noise_threshold),
-            "--pin" if pin else "--no-pin", "--worker",
-        ]  # fmt: skip
+            "collect",
+            "--out",
+            str(out),
+            "--programs",
+            programs,
+            "--configs",
+            str(configs),
+            "--time-budget",
+            str(time_budget),
+            "--seed",
+            str(seed),
+            "--controls",
+            str(controls),
+            "--runs",
+            str(runs),
+            "--max-rounds",
+            str(max_rounds),
+            "--cpu",
+            str(cpu),
+            "--noise-threshold",
+            str(noise_threshold),
+            "--pin" if pin else "--no-pin",
+            "--worker",
+        ]
         raise typer.Exit(supervise(argv, restarts, make_log(out / "progress.log")))
     from xla_costmodel.clients.xla.runner import run_collection
 
@@ -87,10 +105,16 @@ def collect(
         runs=runs, max_rounds=max(3, max_rounds), noise_threshold=noise_threshold
     )
     run_collection(
-        chosen, out, configs=configs, seed=seed, protocol=protocol,
-        time_budget=time_budget, controls=controls, compile_cpus=all_cpus,
+        chosen,
+        out,
+        configs=configs,
+        seed=seed,
+        protocol=protocol,
+        time_budget=time_budget,
+        controls=controls,
+        compile_cpus=all_cpus,
         pinned=pinned,
-    )  # fmt: skip
+    )
 
 
 def supervise(argv: list[str], restarts: int, log: Log) -> int:

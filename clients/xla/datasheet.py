@@ -313,14 +313,16 @@ def cross_cpu(here: dict[str, Any], there: dict[str, Any]) -> dict[str, float] |
     ry = np.argsort(np.argsort(y)).astype(float)
     spearman = float(np.corrcoef(rx, ry)[0, 1])
     return {
-        "shared": len(common), "spearman": spearman,
-        "default_ms_here": here["default_ms"], "default_ms_there": there["default_ms"],
+        "shared": len(common),
+        "spearman": spearman,
+        "default_ms_here": here["default_ms"],
+        "default_ms_there": there["default_ms"],
         "best_over_default_here": here["best_over_default"],
         "best_over_default_there": there["best_over_default"],
         # the other CPU's best config, run here: its runtime over here's best
         "there_best_here": float(x[np.argmin(y)] / x.min()),
         "here_best_there": float(y[np.argmin(x)] / y.min()),
-    }  # fmt: skip
+    }
 
 
 def _rows(side: dict[str, Any]) -> np.ndarray:
@@ -345,9 +347,13 @@ def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
                 if cmp:
                     compared.append((sub.name, side, cmp))
     if not compared:
-        return [*lines, "Not measured: every file here comes from the one machine above. "
-                "Treat runtimes as this machine's; re-run `make collect` on another CPU and "
-                "compare per-program rankings before pooling.", ""]  # fmt: skip
+        return [
+            *lines,
+            "Not measured: every file here comes from the one machine above. "
+            "Treat runtimes as this machine's; re-run `make collect` on another CPU and "
+            "compare per-program rankings before pooling.",
+            "",
+        ]
     # one line per other CPU: the folders may hold several machines of this kind
     seen: dict[str, dict[str, Any]] = {}
     for target, side, _ in compared:
@@ -375,10 +381,14 @@ def _other_cpu(folder: Path, ok: list[dict[str, Any]]) -> list[str]:
             f"| {c['best_over_default_here']:.3f} / {c['best_over_default_there']:.3f} "
             f"| {c['there_best_here']:.3f} / {c['here_best_there']:.3f} |"
         )
-    lines += ["", "(\"other's best, run here\": the runtime here of the config that was "
-              "fastest on the other CPU, over the fastest here; 1.000 = the same winner.) "
-              "Runtimes are each machine's own: measurements from another CPU are kept "
-              "apart by their `target`, in the service as in this dataset.", ""]  # fmt: skip
+    lines += [
+        "",
+        '("other\'s best, run here": the runtime here of the config that was '
+        "fastest on the other CPU, over the fastest here; 1.000 = the same winner.) "
+        "Runtimes are each machine's own: measurements from another CPU are kept "
+        "apart by their `target`, in the service as in this dataset.",
+        "",
+    ]
     return lines
 
 

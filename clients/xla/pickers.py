@@ -76,9 +76,11 @@ class ModelPicker:
 
     def pick(self, remaining: Sequence[int], step: policy.Round) -> list[int]:
         result = self.session.rank(
-            self.graph, self.rows[list(remaining)], deadline=self.deadline,
+            self.graph,
+            self.rows[list(remaining)],
+            deadline=self.deadline,
             portfolio=step.explore > 0,
-        )  # fmt: skip
+        )
         self.answered, self.adapted = True, result.adapted
         self.shaping = _shaping(result)
         chosen = policy.pick(result.ranking, result.portfolio, step)

@@ -62,9 +62,14 @@ def _conv(x: Any, w: Any, stride: int = 1, groups: int = 1, dilation: int = 1) -
     nd = x.ndim - 2
     spec = ("NHWC", "HWIO", "NHWC") if nd == 2 else ("NWC", "WIO", "NWC")
     return jax.lax.conv_general_dilated(
-        x, w, (stride,) * nd, "SAME", rhs_dilation=(dilation,) * nd,
-        dimension_numbers=spec, feature_group_count=groups,
-    )  # fmt: skip
+        x,
+        w,
+        (stride,) * nd,
+        "SAME",
+        rhs_dilation=(dilation,) * nd,
+        dimension_numbers=spec,
+        feature_group_count=groups,
+    )
 
 
 def _pool(x: Any) -> Any:
@@ -205,9 +210,15 @@ def _layer_norm(x: Any, eps: float = 1e-5) -> Any:
 
 
 def transformer(
-    batch: int, seq: int, d: int, heads: int, blocks: int, causal: bool, train: bool,
+    batch: int,
+    seq: int,
+    d: int,
+    heads: int,
+    blocks: int,
+    causal: bool,
+    train: bool,
     vocab: int = 0,
-) -> Builder:  # fmt: skip
+) -> Builder:
     def build() -> Built:
         import jax
         import jax.numpy as jnp
@@ -374,9 +385,14 @@ def unet(batch: int, hw: int, widths: tuple[int, ...], train: bool) -> Builder:
 
 
 def conv_stack(
-    batch: int, hw: int, cin: int, widths: tuple[int, ...], k: int, stride: int,
+    batch: int,
+    hw: int,
+    cin: int,
+    widths: tuple[int, ...],
+    k: int,
+    stride: int,
     train: bool,
-) -> Builder:  # fmt: skip
+) -> Builder:
     """Convolutions of kernel ``k`` and ``stride`` (no pooling), a linear head."""
 
     def build() -> Built:

@@ -76,8 +76,13 @@ def compile_one(lowered: Any, options: Mapping[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # XLA raises its own types; every one is a data point
         executable, digest = None, None
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
-    return {"executable": executable, "error": error, "sha1": digest,
-            "seconds": time.monotonic() - start, "crashed": False}  # fmt: skip
+    return {
+        "executable": executable,
+        "error": error,
+        "sha1": digest,
+        "seconds": time.monotonic() - start,
+        "crashed": False,
+    }
 
 
 def compile_and_probe(
@@ -101,8 +106,15 @@ def compile_and_probe(
         entries: list[dict[str, Any]] = []
         for k, opts in enumerate(options):
             if k in crashed:
-                entries.append({"executable": None, "error": CRASHED, "sha1": None,
-                                "seconds": 0.0, "crashed": True})  # fmt: skip
+                entries.append(
+                    {
+                        "executable": None,
+                        "error": CRASHED,
+                        "sha1": None,
+                        "seconds": 0.0,
+                        "crashed": True,
+                    }
+                )
                 continue
             journal.mark("c", k)
             entries.append(compile_one(lowered, opts))

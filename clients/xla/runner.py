@@ -68,14 +68,19 @@ def run_collection(
     log = make_log(out / "progress.log")
     rows = xla_cpu.sample(configs, seed)
     todo = pending(programs, out)
-    log(f"start: {len(todo)} of {len(programs)} programs pending, {configs} configs, "
-        f"pinned to {list(pinned or [])}, load {machine.load_average()}")  # fmt: skip
+    log(
+        f"start: {len(todo)} of {len(programs)} programs pending, {configs} configs, "
+        f"pinned to {list(pinned or [])}, load {machine.load_average()}"
+    )
     started = time.monotonic()
     sides: list[dict[str, Any]] = []
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), disable=not progress,
-    ) as bar:  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        disable=not progress,
+    ) as bar:
         task = bar.add_task("collect", total=len(todo))
         for i, program in enumerate(todo):
             bar.update(task, description=program.name)
@@ -83,10 +88,17 @@ def run_collection(
             # Half of a program's share of the time left goes to measuring it.
             budget = max(5.0, 0.5 * left / (len(todo) - i))
             side = collect_program(
-                program, out, rows, _replace_budget(protocol, budget), seed=seed,
-                controls=controls, compile_cpus=compile_cpus, pinned=pinned,
-                options_hook=options_hook, log=log,
-            )  # fmt: skip
+                program,
+                out,
+                rows,
+                _replace_budget(protocol, budget),
+                seed=seed,
+                controls=controls,
+                compile_cpus=compile_cpus,
+                pinned=pinned,
+                options_hook=options_hook,
+                log=log,
+            )
             sides.append(side)
             log(summary_line(side))
             bar.advance(task)
@@ -117,14 +129,19 @@ def collect_program(
     phase: dict[str, float] = {}
     t = time.monotonic()
     side: dict[str, Any] = {
-        "name": program.name, "family": program.family,
-        "description": program.description, "spec": xla_cpu.SPEC,
-        "columns": list(xla_cpu.COLUMNS), "seed": seed,
+        "name": program.name,
+        "family": program.family,
+        "description": program.description,
+        "spec": xla_cpu.SPEC,
+        "columns": list(xla_cpu.COLUMNS),
+        "seed": seed,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "versions": versions(), "machine": machine.describe(),
-        "pinned_cpus": list(pinned or []), "compile_cpus": list(compile_cpus or []),
+        "versions": versions(),
+        "machine": machine.describe(),
+        "pinned_cpus": list(pinned or []),
+        "compile_cpus": list(compile_cpus or []),
         "load_average_start": machine.load_average(),
-    }  # fmt: skip
+    }
     fn, args = program.build()
     phase["build"] = time.monotonic() - t
     t = time.monotonic()
@@ -161,8 +178,9 @@ def collect_program(
     ok = [k for k, c in enumerate(compiled) if c["executable"] is not None]
     side["compile_failures"] = [
         {"row": k, "options": options[k], "error": compiled[k]["error"]}
-        for k, c in enumerate(compiled) if c["executable"] is None
-    ]  # fmt: skip
+        for k, c in enumerate(compiled)
+        if c["executable"] is None
+    ]
     side["controls_same_optimized_hlo"] = all(
         c["sha1"] == compiled[0]["sha1"] for c in ctrl
     )
@@ -179,8 +197,14 @@ def collect_program(
     for _ in range(protocol.attempts if ok and ok[0] == 0 else 0):
         m = measure(runners, protocol, rng)
         noise = disagreement(m.median_ns[defaults])
-        attempts.append({"noise": noise, "rounds": m.rounds, "seconds": round(m.seconds, 1),
-                         "default_copies_ns": m.median_ns[defaults].tolist()})  # fmt: skip
+        attempts.append(
+            {
+                "noise": noise,
+                "rounds": m.rounds,
+                "seconds": round(m.seconds, 1),
+                "default_copies_ns": m.median_ns[defaults].tolist(),
+            }
+        )
         if noise <= protocol.noise_threshold:
             break
     phase["measure"] = time.monotonic() - t
@@ -189,9 +213,14 @@ def collect_program(
     side["compile_s"] = [round(c["seconds"], 3) for c in compiled]
     side["optimized_hlo_sha1"] = [c["sha1"] for c in compiled]
     side["max_rel_diff"] = [c.get("max_rel_diff") for c in compiled]
-    side["protocol"] = {"runs": protocol.runs, "min_rounds": protocol.min_rounds,
-                        "max_rounds": protocol.max_rounds, "budget_s": round(protocol.budget_s, 1),
-                        "noise_threshold": protocol.noise_threshold, "controls": controls}  # fmt: skip
+    side["protocol"] = {
+        "runs": protocol.runs,
+        "min_rounds": protocol.min_rounds,
+        "max_rounds": protocol.max_rounds,
+        "budget_s": round(protocol.budget_s, 1),
+        "noise_threshold": protocol.noise_threshold,
+        "controls": controls,
+    }
     npz = None
     if m is None:
         side |= {"status": "dropped", "reason": "the default config failed to compile"}
@@ -218,9 +247,12 @@ def collect_program(
 
 
 def _summary(
-    runtimes: np.ndarray[Any, np.dtype[np.int64]], ok: list[int], options: list[Options],
-    m: Measurement, defaults: list[int],
-) -> dict[str, Any]:  # fmt: skip
+    runtimes: np.ndarray[Any, np.dtype[np.int64]],
+    ok: list[int],
+    options: list[Options],
+    m: Measurement,
+    defaults: list[int],
+) -> dict[str, Any]:
     best = int(runtimes.min())
     return {
         "status": "ok",

@@ -158,9 +158,17 @@ def tune(
     ``progress`` receives a line per step.
     """
     cfg = TuneConfig(
-        budget, model, strategy, seed, rounds, candidates, target,
-        min_gain=min_gain, protocol=protocol, crash_dir=crash_dir,
-    )  # fmt: skip
+        budget,
+        model,
+        strategy,
+        seed,
+        rounds,
+        candidates,
+        target,
+        min_gain=min_gain,
+        protocol=protocol,
+        crash_dir=crash_dir,
+    )
     return _tune(fn, tuple(args), cfg, client, progress)[0]
 
 
@@ -214,14 +222,20 @@ def _tune(
         compiler_options={} if chosen is None else xla_cpu.to_options(rows[chosen.row]),
         measured=[_entry(m, rows) for m in run.measured],
         failed=run.failed,
-        strategy=cfg.strategy, budget=cfg.budget, candidates=cfg.candidates,
-        seed=cfg.seed, noise=noise, rounds=run.rounds, target=target, model=cfg.model,
+        strategy=cfg.strategy,
+        budget=cfg.budget,
+        candidates=cfg.candidates,
+        seed=cfg.seed,
+        noise=noise,
+        rounds=run.rounds,
+        target=target,
+        model=cfg.model,
         model_version=None if picker is None else picker.model_version,
         service_answered=picker is not None and picker.answered,
         reason=why or _reason(chosen, default_ns, best_ns, run.measured, cfg),
         notes=run.notes,
         seconds=time.monotonic() - started,
-    )  # fmt: skip
+    )
     executable = run.bench.controls[0] if chosen is None else chosen.executable
     return report, executable
 

@@ -86,12 +86,26 @@ def tune(
     if not worker:
         # Some option sets crash XLA itself: tune in a child process, restarted after
         # a crash; the restarted run leaves the crashing config out (its journal).
-        argv = ["tune", program, "--server", server, "--budget", str(budget),
-                "--strategy", strategy.value, "--seed", str(seed),
-                "--candidates", str(candidates), "--model", model, "--worker",
-                *(["--rounds", str(rounds)] if rounds is not None else []),
-                *(["--target", target] if target is not None else []),
-                *(["--json"] if json_ else [])]  # fmt: skip
+        argv = [
+            "tune",
+            program,
+            "--server",
+            server,
+            "--budget",
+            str(budget),
+            "--strategy",
+            strategy.value,
+            "--seed",
+            str(seed),
+            "--candidates",
+            str(candidates),
+            "--model",
+            model,
+            "--worker",
+            *(["--rounds", str(rounds)] if rounds is not None else []),
+            *(["--target", target] if target is not None else []),
+            *(["--json"] if json_ else []),
+        ]
         raise typer.Exit(supervise(argv, restarts, stderr.print))
     fn, args = load_program(program)
 
@@ -99,9 +113,14 @@ def tune(
         stderr.print(f"[dim]{line}[/dim]")
 
     kwargs: dict[str, Any] = {
-        "strategy": strategy.value, "seed": seed, "candidates": candidates,
-        "rounds": rounds, "model": model, "target": target, "progress": progress,
-    }  # fmt: skip
+        "strategy": strategy.value,
+        "seed": seed,
+        "candidates": candidates,
+        "rounds": rounds,
+        "model": model,
+        "target": target,
+        "progress": progress,
+    }
     try:
         if strategy is StrategyName.model:
             with CostModelClient(server, token=token) as client:
@@ -174,9 +193,12 @@ def render(report: TuneReport, program: str) -> Table:
     for m in sorted(report.measured, key=lambda m: m["vs_default"]):
         final = m.get("final_ms")
         table.add_row(
-            short(m["compiler_options"]), f"{m['ms']:.3f}", f"{m['vs_default']:.3f}",
-            "-" if final is None else f"{final:.3f}", str(m["round"]),
-        )  # fmt: skip
+            short(m["compiler_options"]),
+            f"{m['ms']:.3f}",
+            f"{m['vs_default']:.3f}",
+            "-" if final is None else f"{final:.3f}",
+            str(m["round"]),
+        )
     for f in report.failed:
         table.add_row(short(f["compiler_options"]), "failed", "", "", "")
     return table

@@ -250,17 +250,25 @@ class Rounds:
             self.log(f"round {r}/{len(plan)}: compiling and measuring {len(picks)}")
             new, default_ns = self._measure(r, picks)
             try:
-                stored = picker.feedback([0, *(m.row for m in new)],
-                                         [default_ns, *(m.ns for m in new)])  # fmt: skip
+                stored = picker.feedback(
+                    [0, *(m.row for m in new)], [default_ns, *(m.ns for m in new)]
+                )
             except CostModelError as exc:
                 stored = None
                 self.notes.append(f"round {r}: feedback not stored ({exc})")
-            self.rounds.append({
-                "round": r, "configs": len(picks), "measured": len(new),
-                "adapted": picker.adapted, "shaping": picker.shaping,
-                "explored": min(step.explore, len(picks)), "feedback_stored": stored,
-                "default_ms": default_ns / 1e6, "noise": self.bench.noises[-1],
-            })  # fmt: skip
+            self.rounds.append(
+                {
+                    "round": r,
+                    "configs": len(picks),
+                    "measured": len(new),
+                    "adapted": picker.adapted,
+                    "shaping": picker.shaping,
+                    "explored": min(step.explore, len(picks)),
+                    "feedback_stored": stored,
+                    "default_ms": default_ns / 1e6,
+                    "noise": self.bench.noises[-1],
+                }
+            )
         return ""
 
     def _measure(self, r: int, picks: list[int]) -> tuple[list[Measured], int]:
@@ -268,14 +276,21 @@ class Rounds:
         compiled = self.bench.compile(
             [config_key(self.rows[i]) for i in picks], options
         )
-        ok = [(i, c["executable"]) for i, c in zip(picks, compiled, strict=True)
-              if c["executable"] is not None]  # fmt: skip
-        self.failed += [{"compiler_options": o, "error": c["error"]}
-                        for o, c in zip(options, compiled, strict=True)
-                        if c["executable"] is None]  # fmt: skip
+        ok = [
+            (i, c["executable"])
+            for i, c in zip(picks, compiled, strict=True)
+            if c["executable"] is not None
+        ]
+        self.failed += [
+            {"compiler_options": o, "error": c["error"]}
+            for o, c in zip(options, compiled, strict=True)
+            if c["executable"] is None
+        ]
         ns, default_ns = self.bench.measure([e for _, e in ok])
-        new = [Measured(i, r, t, t / default_ns, e)
-               for (i, e), t in zip(ok, ns, strict=True)]  # fmt: skip
+        new = [
+            Measured(i, r, t, t / default_ns, e)
+            for (i, e), t in zip(ok, ns, strict=True)
+        ]
         self.measured += new
         self._keep_best()
         return new, default_ns

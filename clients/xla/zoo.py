@@ -41,9 +41,12 @@ def _keras(app: str, hw: int, batch: int, train: bool, **kwargs: Any) -> Builder
         keras.backend.clear_session()
         keras.utils.set_random_seed(0)
         model = getattr(keras.applications, app)(
-            weights=None, input_shape=(hw, hw, 3), classes=10,
-            classifier_activation=None, **kwargs,
-        )  # fmt: skip
+            weights=None,
+            input_shape=(hw, hw, 3),
+            classes=10,
+            classifier_activation=None,
+            **kwargs,
+        )
         tv = [v.value for v in model.trainable_variables]
         ntv = [v.value for v in model.non_trainable_variables]
         x = jax.random.normal(jax.random.key(0), (batch, hw, hw, 3), jnp.float32)

@@ -57,143 +57,325 @@ def _p(title: str, *exprs: tuple[str, str], **kw: Any) -> Panel:
 
 
 ROWS = (
-    Row("Overview", (
-        _p("Instances ready", ('sum(costmodel_ready)', "ready"),
-           ('count(up{job="costmodel"} == 1)', "up"), kind="stat", width=6, height=4),
-        _p("Requests /s (/v1)", ("sum(costmodel:requests:rate5m)", "req/s"),
-           unit="reqps", kind="stat", width=6, height=4),
-        _p("Error ratio (/v1, 5xx)", ("costmodel:request_errors:ratio_rate5m", "5xx"),
-           unit="percentunit", kind="stat", width=6, height=4),
-        _p("Fleet gain (best target)", ("max(costmodel:fleet_gain:max)", "x"),
-           unit="none", kind="stat", width=6, height=4),
-    )),
-    Row("Traffic", (
-        _p("Requests /s by route", ("sum by (route) (costmodel:requests:rate5m)",
-                                    "{{route}}"), unit="reqps"),
-        _p("Configs ranked /s by model",
-           (f"sum by (model) (rate(costmodel_configs_ranked_total{M}[5m]))",
-            "{{model}}"), unit="short"),
-    )),
-    Row("Latency", (
-        _p("p50 by route and model",
-           (f"costmodel:request_duration_seconds:p50_5m{M}", "{{route}} {{model}}"),
-           unit="s"),
-        _p("p99 by route and model",
-           (f"costmodel:request_duration_seconds:p99_5m{M}", "{{route}} {{model}}"),
-           unit="s", description="CostmodelRankLatencyHigh fires above 0.5 s on "
-           "/v1/rank for 10 minutes."),
-        _p("Encoder and scorer p99 by model",
-           ("histogram_quantile(0.99, sum by (model, le) (rate("
-            f"costmodel_encode_duration_seconds_bucket{M}[5m])))", "encode {{model}}"),
-           ("histogram_quantile(0.99, sum by (model, le) (rate("
-            f"costmodel_score_duration_seconds_bucket{M}[5m])))", "score {{model}}"),
-           unit="s"),
-        _p("Configs per rank request, p50 by model",
-           ("histogram_quantile(0.5, sum by (model, le) (rate("
-            f"costmodel_rank_batch_size_bucket{M}[5m])))", "{{model}}"), unit="short"),
-    )),
-    Row("Errors", (
-        _p("Error ratio by route (5xx)",
-           ("costmodel_route:request_errors:ratio_rate5m", "{{route}}"),
-           unit="percentunit"),
-        _p("Responses /s by status (/v1)",
-           ("sum by (status) (costmodel:requests:rate5m)", "{{status}}"), unit="reqps"),
-        _p("Requests in flight", ("sum(costmodel_inflight_requests)", "in flight"),
-           unit="short"),
-    )),
-    Row("Caches", (
-        _p("Embedding cache hit ratio by level",
-           ("sum by (level) (rate(costmodel_cache_hits_total[5m])) / (sum by (level) "
-            "(rate(costmodel_cache_hits_total[5m])) + sum by (level) "
-            "(rate(costmodel_cache_misses_total[5m])))", "{{level}}"),
-           unit="percentunit"),
-        _p("Redis: bypassed ratio and errors /s",
-           ("costmodel:redis_bypass:ratio_rate5m", "bypassed ratio"),
-           ("sum by (op) (rate(costmodel_cache_errors_total[5m]))", "errors {{op}}"),
-           unit="short"),
-        _p("In-process cache",
-           ("sum(costmodel_cache_memory_bytes)", "bytes"), unit="bytes"),
-    )),
-    Row("Database", (
-        _p("Measurements stored /s by model",
-           (f"sum by (model) (rate(costmodel_feedback_measurements_total{M}[5m]))",
-            "{{model}}"), unit="short"),
-        _p("Feedback refused ratio and database errors /s",
-           ("costmodel:feedback_unavailable:ratio_rate5m", "feedback refused"),
-           ("sum by (op) (rate(costmodel_store_errors_total[5m]))", "errors {{op}}"),
-           unit="short"),
-        _p("Rankings adapted to measurements (share)",
-           (f'sum by (model) (rate(costmodel_rankings_total{{model=~"$model", '
-            f'adapted="true"}}[5m])) / sum by (model) (rate('
-            f"costmodel_rankings_total{M}[5m]))", "{{model}}"), unit="percentunit"),
-        _p("Adaptation fit p99 by model",
-           ("histogram_quantile(0.99, sum by (model, le) (rate("
-            f"costmodel_adaptation_fit_duration_seconds_bucket{M}[5m])))",
-            "{{model}}"), unit="s"),
-    )),
-    Row("Model versions", (
-        _p("Version serving unpinned requests",
-           (f"costmodel:model_serving:max{M}", "{{model}} v{{version}}"),
-           kind="table", unit="none"),
-        _p("Reloads by result (1 h)",
-           (f"sum by (model, result) (increase(costmodel_model_reloads_total{M}[1h]))",
-            "{{model}} {{result}}"), unit="short"),
-    )),
-    Row("Online quality", (
-        _p("Kendall tau of fed-back runtimes (running mean)",
-           (f"costmodel:online_kendall_tau:avg{M}", "{{model}} v{{version}}"),
-           unit="none", description="CostmodelOnlineQualityDropped fires when the "
-           "serving version is 0.1 below an earlier one for 30 minutes."),
-        _p("Top-1 slowdown of fed-back configs (running mean)",
-           (f"costmodel:online_top1_slowdown:avg{M}", "{{model}} v{{version}}"),
-           unit="percentunit"),
-    )),
-    Row("Fleet gain per target", (
-        _p("Geometric-mean gain (default / best runtime)",
-           (f"costmodel:fleet_gain:max{M}", "{{model}} {{target}}"), unit="none",
-           description="Over the graphs whose default config was measured; 1.25 = "
-           "tuning found configs 1.25x faster than the compiler's default."),
-        _p("Best / default per graph: median and p90",
-           (f"costmodel:fleet_best_over_default:p50{M}", "p50 {{model}} {{target}}"),
-           (f"costmodel:fleet_best_over_default:p90{M}", "p90 {{model}} {{target}}"),
-           unit="none"),
-        _p("Graphs tuned and measured",
-           (f"costmodel:fleet_graphs_tuned:max{M}", "tuned {{model}} {{target}}"),
-           (f"costmodel:fleet_graphs:max{M}", "measured {{model}} {{target}}"),
-           unit="short"),
-        _p("Measurements stored",
-           (f"costmodel:fleet_measurements:max{M}", "{{model}} {{target}}"),
-           unit="short"),
-    )),
-    Row("Resources", (
-        _p("Memory used / limit by instance",
-           ("costmodel:memory_used:ratio", "{{instance}}"), unit="percentunit",
-           description="CostmodelMemoryNearLimit fires above 90 % for 10 minutes."),
-        _p("Resident memory by instance",
-           ("costmodel_process_resident_memory_bytes", "rss {{instance}}"),
-           ("costmodel_memory_limit_bytes", "limit {{instance}}"), unit="bytes"),
-    )),
-)  # fmt: skip
+    Row(
+        "Overview",
+        (
+            _p(
+                "Instances ready",
+                ("sum(costmodel_ready)", "ready"),
+                ('count(up{job="costmodel"} == 1)', "up"),
+                kind="stat",
+                width=6,
+                height=4,
+            ),
+            _p(
+                "Requests /s (/v1)",
+                ("sum(costmodel:requests:rate5m)", "req/s"),
+                unit="reqps",
+                kind="stat",
+                width=6,
+                height=4,
+            ),
+            _p(
+                "Error ratio (/v1, 5xx)",
+                ("costmodel:request_errors:ratio_rate5m", "5xx"),
+                unit="percentunit",
+                kind="stat",
+                width=6,
+                height=4,
+            ),
+            _p(
+                "Fleet gain (best target)",
+                ("max(costmodel:fleet_gain:max)", "x"),
+                unit="none",
+                kind="stat",
+                width=6,
+                height=4,
+            ),
+        ),
+    ),
+    Row(
+        "Traffic",
+        (
+            _p(
+                "Requests /s by route",
+                ("sum by (route) (costmodel:requests:rate5m)", "{{route}}"),
+                unit="reqps",
+            ),
+            _p(
+                "Configs ranked /s by model",
+                (
+                    f"sum by (model) (rate(costmodel_configs_ranked_total{M}[5m]))",
+                    "{{model}}",
+                ),
+                unit="short",
+            ),
+        ),
+    ),
+    Row(
+        "Latency",
+        (
+            _p(
+                "p50 by route and model",
+                (
+                    f"costmodel:request_duration_seconds:p50_5m{M}",
+                    "{{route}} {{model}}",
+                ),
+                unit="s",
+            ),
+            _p(
+                "p99 by route and model",
+                (
+                    f"costmodel:request_duration_seconds:p99_5m{M}",
+                    "{{route}} {{model}}",
+                ),
+                unit="s",
+                description="CostmodelRankLatencyHigh fires above 0.5 s on "
+                "/v1/rank for 10 minutes.",
+            ),
+            _p(
+                "Encoder and scorer p99 by model",
+                (
+                    "histogram_quantile(0.99, sum by (model, le) (rate("
+                    f"costmodel_encode_duration_seconds_bucket{M}[5m])))",
+                    "encode {{model}}",
+                ),
+                (
+                    "histogram_quantile(0.99, sum by (model, le) (rate("
+                    f"costmodel_score_duration_seconds_bucket{M}[5m])))",
+                    "score {{model}}",
+                ),
+                unit="s",
+            ),
+            _p(
+                "Configs per rank request, p50 by model",
+                (
+                    "histogram_quantile(0.5, sum by (model, le) (rate("
+                    f"costmodel_rank_batch_size_bucket{M}[5m])))",
+                    "{{model}}",
+                ),
+                unit="short",
+            ),
+        ),
+    ),
+    Row(
+        "Errors",
+        (
+            _p(
+                "Error ratio by route (5xx)",
+                ("costmodel_route:request_errors:ratio_rate5m", "{{route}}"),
+                unit="percentunit",
+            ),
+            _p(
+                "Responses /s by status (/v1)",
+                ("sum by (status) (costmodel:requests:rate5m)", "{{status}}"),
+                unit="reqps",
+            ),
+            _p(
+                "Requests in flight",
+                ("sum(costmodel_inflight_requests)", "in flight"),
+                unit="short",
+            ),
+        ),
+    ),
+    Row(
+        "Caches",
+        (
+            _p(
+                "Embedding cache hit ratio by level",
+                (
+                    "sum by (level) (rate(costmodel_cache_hits_total[5m])) / (sum by (level) "
+                    "(rate(costmodel_cache_hits_total[5m])) + sum by (level) "
+                    "(rate(costmodel_cache_misses_total[5m])))",
+                    "{{level}}",
+                ),
+                unit="percentunit",
+            ),
+            _p(
+                "Redis: bypassed ratio and errors /s",
+                ("costmodel:redis_bypass:ratio_rate5m", "bypassed ratio"),
+                (
+                    "sum by (op) (rate(costmodel_cache_errors_total[5m]))",
+                    "errors {{op}}",
+                ),
+                unit="short",
+            ),
+            _p(
+                "In-process cache",
+                ("sum(costmodel_cache_memory_bytes)", "bytes"),
+                unit="bytes",
+            ),
+        ),
+    ),
+    Row(
+        "Database",
+        (
+            _p(
+                "Measurements stored /s by model",
+                (
+                    f"sum by (model) (rate(costmodel_feedback_measurements_total{M}[5m]))",
+                    "{{model}}",
+                ),
+                unit="short",
+            ),
+            _p(
+                "Feedback refused ratio and database errors /s",
+                ("costmodel:feedback_unavailable:ratio_rate5m", "feedback refused"),
+                (
+                    "sum by (op) (rate(costmodel_store_errors_total[5m]))",
+                    "errors {{op}}",
+                ),
+                unit="short",
+            ),
+            _p(
+                "Rankings adapted to measurements (share)",
+                (
+                    f'sum by (model) (rate(costmodel_rankings_total{{model=~"$model", '
+                    f'adapted="true"}}[5m])) / sum by (model) (rate('
+                    f"costmodel_rankings_total{M}[5m]))",
+                    "{{model}}",
+                ),
+                unit="percentunit",
+            ),
+            _p(
+                "Adaptation fit p99 by model",
+                (
+                    "histogram_quantile(0.99, sum by (model, le) (rate("
+                    f"costmodel_adaptation_fit_duration_seconds_bucket{M}[5m])))",
+                    "{{model}}",
+                ),
+                unit="s",
+            ),
+        ),
+    ),
+    Row(
+        "Model versions",
+        (
+            _p(
+                "Version serving unpinned requests",
+                (f"costmodel:model_serving:max{M}", "{{model}} v{{version}}"),
+                kind="table",
+                unit="none",
+            ),
+            _p(
+                "Reloads by result (1 h)",
+                (
+                    f"sum by (model, result) (increase(costmodel_model_reloads_total{M}[1h]))",
+                    "{{model}} {{result}}",
+                ),
+                unit="short",
+            ),
+        ),
+    ),
+    Row(
+        "Online quality",
+        (
+            _p(
+                "Kendall tau of fed-back runtimes (running mean)",
+                (f"costmodel:online_kendall_tau:avg{M}", "{{model}} v{{version}}"),
+                unit="none",
+                description="CostmodelOnlineQualityDropped fires when the "
+                "serving version is 0.1 below an earlier one for 30 minutes.",
+            ),
+            _p(
+                "Top-1 slowdown of fed-back configs (running mean)",
+                (f"costmodel:online_top1_slowdown:avg{M}", "{{model}} v{{version}}"),
+                unit="percentunit",
+            ),
+        ),
+    ),
+    Row(
+        "Fleet gain per target",
+        (
+            _p(
+                "Geometric-mean gain (default / best runtime)",
+                (f"costmodel:fleet_gain:max{M}", "{{model}} {{target}}"),
+                unit="none",
+                description="Over the graphs whose default config was measured; 1.25 = "
+                "tuning found configs 1.25x faster than the compiler's default.",
+            ),
+            _p(
+                "Best / default per graph: median and p90",
+                (
+                    f"costmodel:fleet_best_over_default:p50{M}",
+                    "p50 {{model}} {{target}}",
+                ),
+                (
+                    f"costmodel:fleet_best_over_default:p90{M}",
+                    "p90 {{model}} {{target}}",
+                ),
+                unit="none",
+            ),
+            _p(
+                "Graphs tuned and measured",
+                (f"costmodel:fleet_graphs_tuned:max{M}", "tuned {{model}} {{target}}"),
+                (f"costmodel:fleet_graphs:max{M}", "measured {{model}} {{target}}"),
+                unit="short",
+            ),
+            _p(
+                "Measurements stored",
+                (f"costmodel:fleet_measurements:max{M}", "{{model}} {{target}}"),
+                unit="short",
+            ),
+        ),
+    ),
+    Row(
+        "Resources",
+        (
+            _p(
+                "Memory used / limit by instance",
+                ("costmodel:memory_used:ratio", "{{instance}}"),
+                unit="percentunit",
+                description="CostmodelMemoryNearLimit fires above 90 % for 10 minutes.",
+            ),
+            _p(
+                "Resident memory by instance",
+                ("costmodel_process_resident_memory_bytes", "rss {{instance}}"),
+                ("costmodel_memory_limit_bytes", "limit {{instance}}"),
+                unit="bytes",
+            ),
+        ),
+    ),
+)
 
 
 # The data source to read, and the models to show (all by default).
 TEMPLATING = [
-    {"name": "datasource", "type": "datasource", "query": "prometheus",
-     "label": "Data source", "current": {}, "hide": 0},
-    {"name": "model", "type": "query", "datasource": DATASOURCE,
-     "label": "Model", "query": "label_values(costmodel_model_info, model)",
-     "definition": "label_values(costmodel_model_info, model)",
-     "includeAll": True, "allValue": ".*", "multi": True, "refresh": 2,
-     "current": {"text": "All", "value": "$__all"}, "hide": 0},
-]  # fmt: skip
+    {
+        "name": "datasource",
+        "type": "datasource",
+        "query": "prometheus",
+        "label": "Data source",
+        "current": {},
+        "hide": 0,
+    },
+    {
+        "name": "model",
+        "type": "query",
+        "datasource": DATASOURCE,
+        "label": "Model",
+        "query": "label_values(costmodel_model_info, model)",
+        "definition": "label_values(costmodel_model_info, model)",
+        "includeAll": True,
+        "allValue": ".*",
+        "multi": True,
+        "refresh": 2,
+        "current": {"text": "All", "value": "$__all"},
+        "hide": 0,
+    },
+]
 
 
 def panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     targets = [
-        {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend,
-         "refId": chr(ord("A") + i)}
+        {
+            "datasource": DATASOURCE,
+            "expr": expr,
+            "legendFormat": legend,
+            "refId": chr(ord("A") + i),
+        }
         for i, (expr, legend) in enumerate(panel.exprs)
-    ]  # fmt: skip
+    ]
     out: dict[str, Any] = {
         "id": panel_id,
         "type": panel.kind,
@@ -215,11 +397,16 @@ def dashboard() -> dict[str, Any]:
     panels: list[dict[str, Any]] = []
     y = 0
     for row in ROWS:
-        panels.append({
-            "id": len(panels) + 1, "type": "row", "title": row.title,
-            "collapsed": False, "gridPos": {"h": 1, "w": WIDTH, "x": 0, "y": y},
-            "panels": [],
-        })  # fmt: skip
+        panels.append(
+            {
+                "id": len(panels) + 1,
+                "type": "row",
+                "title": row.title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": WIDTH, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
         y += 1
         x, height = 0, 0
         for panel in row.panels:

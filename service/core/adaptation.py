@@ -104,8 +104,13 @@ class Adaptation:
                 distinct = await anyio.to_thread.run_sync(
                     distinct_configs, rows.configs
                 )
-                found = Observed(generation, rows.configs, rows.runtimes_ns,
-                                 tuple(rows.writers), distinct)  # fmt: skip
+                found = Observed(
+                    generation,
+                    rows.configs,
+                    rows.runtimes_ns,
+                    tuple(rows.writers),
+                    distinct,
+                )
                 _keep(self._rows, key, found, self._cache_entries)
         except StoreError as exc:
             self.events.store_error("adapt")

@@ -203,15 +203,22 @@ class FeedbackRecorder:
             len(runtimes), runner.name, runner.version, gid, target, quality
         )
         batch = MeasurementBatch(
-            model=runner.name, model_version=runner.version,
-            collection=runner.collection, target=target, graph_id=gid,
-            configs=compact(configs), runtimes_ns=runtimes, scores=scores,
-            request_id=req.request_id, source="feedback",
-            idempotency_key=req.idempotency_key, request_hash=req.request_hash,
+            model=runner.name,
+            model_version=runner.version,
+            collection=runner.collection,
+            target=target,
+            graph_id=gid,
+            configs=compact(configs),
+            runtimes_ns=runtimes,
+            scores=scores,
+            request_id=req.request_id,
+            source="feedback",
+            idempotency_key=req.idempotency_key,
+            request_hash=req.request_hash,
             response=result.to_json(),
             writer=None if writer is None else writer.name,
             quota=None if writer is None else self.quota,
-        )  # fmt: skip
+        )
         with anyio.CancelScope(shield=True):  # once committed, always counted
             added = await self._add(batch)
             if added.duplicate:

@@ -83,6 +83,9 @@ class GraphArchive:
         a = stored.arrays
         self._kept[gid] = None
         return make_graph(
-            a["node_feat"], a["node_opcode"], a["edge_index"],
-            a.get("node_config_ids"), a.get("node_splits"),
-        )  # fmt: skip
+            a["node_feat"],
+            a["node_opcode"],
+            a["edge_index"],
+            a.get("node_config_ids"),
+            a.get("node_splits"),
+        )

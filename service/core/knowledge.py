@@ -202,9 +202,13 @@ class TargetKnowledge:
             if summary is None:  # the graph is gone from the archive
                 continue
             found = kn.record(
-                gid, summary, measured.configs, measured.runtimes_ns, default,
+                gid,
+                summary,
+                measured.configs,
+                measured.runtimes_ns,
+                default,
                 writers=measured.writers,
-            )  # fmt: skip
+            )
             if found is not None:
                 records.append(found)
         seeds = self._seeded(want.runner)

@@ -199,16 +199,28 @@ class Ranker:
                     observed = None  # measured with another configurable-node count
             if observed is not None or entry is not None or req.portfolio:
                 shaped = await self._run(
-                    self._blend, runner, embedding, configs, scores, target, gid,
-                    observed, entry, req.portfolio,
-                )  # fmt: skip
+                    self._blend,
+                    runner,
+                    embedding,
+                    configs,
+                    scores,
+                    target,
+                    gid,
+                    observed,
+                    entry,
+                    req.portfolio,
+                )
                 scores, adapted, portfolio = (
                     shaped.scores,
                     shaped.adapted,
                     shaped.portfolio,
                 )
-                shaping = Shaping(shaped.target_programs, shaped.target_measurements,
-                                  shaped.knowledge_weight, shaped.prior_weight)  # fmt: skip
+                shaping = Shaping(
+                    shaped.target_programs,
+                    shaped.target_measurements,
+                    shaped.knowledge_weight,
+                    shaped.prior_weight,
+                )
             self.adaptation.events.ranking_adapted(runner.name, adapted > 0)
         # Remember the batch as it came (int8 for layout), not its float32 copy.
         ranking_id = uuid.uuid4().hex
@@ -217,9 +229,18 @@ class Ranker:
         ranking = stable_order(scores)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(
-            runner.name, runner.version, gid, source, scores, ranking, ranking[:k],
-            adapted, ranking_id, portfolio, shaping,
-        )  # fmt: skip
+            runner.name,
+            runner.version,
+            gid,
+            source,
+            scores,
+            ranking,
+            ranking[:k],
+            adapted,
+            ranking_id,
+            portfolio,
+            shaping,
+        )
 
     def _blend(
         self,
@@ -250,12 +271,18 @@ class Ranker:
             tag = (None if entry is None else entry.version,)
             fit = self.adaptation.fitter(runner, target, gid, observed, tag)
         return blend(
-            configs, prior, None if entry is None else entry.knowledge,
-            self.knowledge.summary(gid), measured,
-            foreign=not runner.manifest.trained_on(target), prior_of=prior_of, fit=fit,
-            min_measurements=self.adaptation.min_measurements, portfolio=portfolio,
+            configs,
+            prior,
+            None if entry is None else entry.knowledge,
+            self.knowledge.summary(gid),
+            measured,
+            foreign=not runner.manifest.trained_on(target),
+            prior_of=prior_of,
+            fit=fit,
+            min_measurements=self.adaptation.min_measurements,
+            portfolio=portfolio,
             exclude=gid,
-        )  # fmt: skip
+        )
 
     async def score(
         self, runner: ArtifactRunner, gid: str, value: Any, field: str

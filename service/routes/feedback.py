@@ -80,10 +80,14 @@ async def feedback(
     if r.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return FeedbackOut(
-        stored=r.stored, model=r.model, model_version=r.model_version,
-        graph_id=r.graph_id, target=r.target, kendall_tau=r.quality.kendall_tau,
+        stored=r.stored,
+        model=r.model,
+        model_version=r.model_version,
+        graph_id=r.graph_id,
+        target=r.target,
+        kendall_tau=r.quality.kendall_tau,
         top1_slowdown=r.quality.top1_slowdown,
-    )  # fmt: skip
+    )
 
 
 def _decode(body: bytes, content_type: str | None, rid: str | None) -> FeedbackRequest:
@@ -100,6 +104,14 @@ def _decode(body: bytes, content_type: str | None, rid: str | None) -> FeedbackR
     # Nested lists become an array here, off the loop when the body is large.
     configs = None if req.configs is None else config_array(req.configs, "configs")
     return FeedbackRequest(
-        req.model, req.model_version, req.graph_id, configs, req.config_indices,
-        req.runtimes_ns, rid, graph, req.target, ranking_id=req.ranking_id,
-    )  # fmt: skip
+        req.model,
+        req.model_version,
+        req.graph_id,
+        configs,
+        req.config_indices,
+        req.runtimes_ns,
+        rid,
+        graph,
+        req.target,
+        ranking_id=req.ranking_id,
+    )

@@ -91,13 +91,18 @@ def _json_answer(r: RankResult) -> Response:
     ranking = r.ranking.tolist()
     top_k = ranking if len(r.top_k) == len(ranking) else ranking[: len(r.top_k)]
     answer = {
-        "model": r.model, "model_version": r.model_version, "graph_id": r.graph_id,
-        "cache": r.cache, "adapted": r.adapted, "ranking_id": r.ranking_id,
+        "model": r.model,
+        "model_version": r.model_version,
+        "graph_id": r.graph_id,
+        "cache": r.cache,
+        "adapted": r.adapted,
+        "ranking_id": r.ranking_id,
         "ranking": ranking,
-        "scores": r.scores.tolist(), "top_k": top_k,
+        "scores": r.scores.tolist(),
+        "top_k": top_k,
         **_shaping(r),
         "portfolio": None if r.portfolio is None else r.portfolio.tolist(),
-    }  # fmt: skip
+    }
     return Response(pydantic_core.to_json(answer), media_type="application/json")
 
 

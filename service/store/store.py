@@ -179,8 +179,15 @@ class MeasurementStore:
         of each writer (so one writer's flood cannot push the others' rows out);
         with ``writer``, that writer's only."""
         m = measurements.c
-        columns = (m.id, m.config, m.config_dtype, m.config_shape, m.runtime_ns,
-                   m.score, m.writer)  # fmt: skip
+        columns = (
+            m.id,
+            m.config,
+            m.config_dtype,
+            m.config_shape,
+            m.runtime_ns,
+            m.score,
+            m.writer,
+        )
         where = [m.collection == collection, m.target == target, m.graph_id == graph_id]
         if writer is not None:
             where.append(m.writer == writer)
@@ -213,13 +220,19 @@ class MeasurementStore:
         m = measurements.c
         query = (
             select(
-                m.id, m.graph_id, m.config, m.config_dtype, m.config_shape,
-                m.runtime_ns, m.score, m.writer,
+                m.id,
+                m.graph_id,
+                m.config,
+                m.config_dtype,
+                m.config_shape,
+                m.runtime_ns,
+                m.score,
+                m.writer,
             )
             .where(m.collection == collection, m.target == target)
             .order_by(m.id.desc())
             .limit(max(0, limit))
-        )  # fmt: skip
+        )
         with self._transaction("reading measurements") as conn:
             rows = list(reversed(conn.execute(query).all()))
         by_graph: dict[str, list[Any]] = {}

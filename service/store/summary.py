@@ -30,8 +30,18 @@ from xla_costmodel.tpugraphs.collections import COLLECTIONS
 
 # Every dtype a stored config row may have (``codec.config_dtype``), little-endian.
 STORED_DTYPES = (
-    "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8",
-)  # fmt: skip
+    "|i1",
+    "|u1",
+    "<i2",
+    "<u2",
+    "<i4",
+    "<u4",
+    "<i8",
+    "<u8",
+    "<f2",
+    "<f4",
+    "<f8",
+)
 
 
 @dataclass(frozen=True)
@@ -79,15 +89,25 @@ def graph_summaries(conn: Connection) -> list[GraphSummary]:
     m = measurements.c
     default_ns = func.min(case((is_default_config(), m.runtime_ns), else_=None))
     query = select(
-        m.model, m.collection, m.target, m.graph_id,
-        func.count(), func.min(m.runtime_ns), default_ns,
-    ).group_by(m.model, m.collection, m.target, m.graph_id)  # fmt: skip
+        m.model,
+        m.collection,
+        m.target,
+        m.graph_id,
+        func.count(),
+        func.min(m.runtime_ns),
+        default_ns,
+    ).group_by(m.model, m.collection, m.target, m.graph_id)
     return [_summary(row) for row in conn.execute(query)]
 
 
 def _summary(row: Any) -> GraphSummary:
     model, collection, target, graph_id, count, best, default = row
     return GraphSummary(
-        model, collection, target, graph_id, int(count), int(best),
+        model,
+        collection,
+        target,
+        graph_id,
+        int(count),
+        int(best),
         None if default is None else int(default),
-    )  # fmt: skip
+    )

@@ -80,11 +80,18 @@ def test_percentile() -> None:
 
 def test_report_ratios_goals_and_missing_keys() -> None:
     result: dict[str, object] = {key: 1.0 for key in KEYS}
-    result.update(raw_scorer_configs_per_s=100.0, http_binary_configs_per_s=80.0,
-                  http_json_configs_per_s=10.0, layout_cold_ms=300.0, layout_cached_ms=10.0,
-                  load_errors=0, load_p50_ms=10.0, load_p99_ms=20.0,
-                  peer_kserve_configs_per_s=10.0,
-                  peer_throughput_configs_per_s={"1": {"ours": 3.0, "kserve": 1.0}})  # fmt: skip
+    result.update(
+        raw_scorer_configs_per_s=100.0,
+        http_binary_configs_per_s=80.0,
+        http_json_configs_per_s=10.0,
+        layout_cold_ms=300.0,
+        layout_cached_ms=10.0,
+        load_errors=0,
+        load_p50_ms=10.0,
+        load_p99_ms=20.0,
+        peer_kserve_configs_per_s=10.0,
+        peer_throughput_configs_per_s={"1": {"ours": 3.0, "kserve": 1.0}},
+    )
     add_ratios(result)  # type: ignore[arg-type]
     assert result["http_over_raw"] == pytest.approx(0.8)
     assert result["binary_over_json"] == pytest.approx(8.0)
@@ -106,8 +113,16 @@ def test_plans_are_bounded() -> None:
     assert QUICK.load.seconds <= 10 and FULL.load.seconds <= 120
     for plan in PLANS.values():
         assert plan.load.max_requests > 0 and plan.load.clients > 0
-        budgets = [plan.raw, plan.torch, plan.http, plan.encoder, plan.layout_cold,
-                   plan.layout_cached, plan.layout_redis, plan.layout_all]  # fmt: skip
+        budgets = [
+            plan.raw,
+            plan.torch,
+            plan.http,
+            plan.encoder,
+            plan.layout_cold,
+            plan.layout_cached,
+            plan.layout_redis,
+            plan.layout_all,
+        ]
         assert all(b.repeats >= 1 and b.seconds > 0 for b in budgets)
 
 
@@ -207,11 +222,17 @@ def test_torch_phase_finds_the_shipped_checkpoint_of_the_served_model(
 
 def test_peer_ratios_and_goals_come_from_the_same_run() -> None:
     result: dict[str, object] = {key: 1.0 for key in KEYS}
-    result.update(http_binary_configs_per_s=900.0, peer_kserve_configs_per_s=100.0,
-                  raw_scorer_configs_per_s=1000.0, empty_route_ms=1.0,
-                  rank_1_config_ms=1.4,
-                  peer_throughput_configs_per_s={"1": {"ours": 5.0, "kserve": 10.0},
-                                                 "64": {"ours": 40.0, "kserve": 10.0}})  # fmt: skip
+    result.update(
+        http_binary_configs_per_s=900.0,
+        peer_kserve_configs_per_s=100.0,
+        raw_scorer_configs_per_s=1000.0,
+        empty_route_ms=1.0,
+        rank_1_config_ms=1.4,
+        peer_throughput_configs_per_s={
+            "1": {"ours": 5.0, "kserve": 10.0},
+            "64": {"ours": 40.0, "kserve": 10.0},
+        },
+    )
     add_ratios(result)  # type: ignore[arg-type]
     assert result["ours_over_kserve"] == pytest.approx(9.0)
     assert result["ours_over_kserve_by_size"] == {"1": 0.5, "64": 4.0}
@@ -261,10 +282,21 @@ def test_v2_binary_request_and_answer_round_trip() -> None:
     assert np.array_equal(sent, configs)
 
     scores = np.array([0.5, -1.0], np.float32)
-    out = json.dumps({"outputs": [{"name": "scores", "datatype": "FP32", "shape": [2],
-                                   "parameters": {"binary_data_size": 8}}]}).encode()  # fmt: skip
-    binary = httpx.Response(200, headers={HEADER_LENGTH: str(len(out))},
-                            content=out + scores.tobytes())  # fmt: skip
+    out = json.dumps(
+        {
+            "outputs": [
+                {
+                    "name": "scores",
+                    "datatype": "FP32",
+                    "shape": [2],
+                    "parameters": {"binary_data_size": 8},
+                }
+            ]
+        }
+    ).encode()
+    binary = httpx.Response(
+        200, headers={HEADER_LENGTH: str(len(out))}, content=out + scores.tobytes()
+    )
     assert np.array_equal(decode_scores(binary), scores)
     # A server that ignored the request for binary outputs answers JSON: still read.
     answer = {"outputs": [{"name": "scores", "data": [0.5, -1.0]}]}
@@ -275,16 +307,27 @@ def test_v2_binary_request_and_answer_round_trip() -> None:
 def test_markdown_has_the_figures_the_peer_table_and_the_workers_table() -> None:
     result: dict[str, object] = {key: 2.0 for key in KEYS}
     result.update(
-        mode="full", date="2026-11-24", machine="cpu", cpu_count=2, wall_s=9.0,
-        loadavg_before=[0.5, 0.4, 0.3], peer_clients=8,
-        peer_latency_ms={"1": {"raw": 0.05, "ours": 1.5, "kserve": 3.0},
-                         "10000": {"raw": 1.0, "ours": 9.0, "kserve": 60.0}},
-        peer_throughput_configs_per_s={"1": {"raw": 2e4, "ours": 600.0, "kserve": 300.0},
-                                       "10000": {"raw": 1e7, "ours": 1.2e6, "kserve": 1.5e5}},
+        mode="full",
+        date="2026-11-24",
+        machine="cpu",
+        cpu_count=2,
+        wall_s=9.0,
+        loadavg_before=[0.5, 0.4, 0.3],
+        peer_clients=8,
+        peer_latency_ms={
+            "1": {"raw": 0.05, "ours": 1.5, "kserve": 3.0},
+            "10000": {"raw": 1.0, "ours": 9.0, "kserve": 60.0},
+        },
+        peer_throughput_configs_per_s={
+            "1": {"raw": 2e4, "ours": 600.0, "kserve": 300.0},
+            "10000": {"raw": 1e7, "ours": 1.2e6, "kserve": 1.5e5},
+        },
         ours_over_kserve_by_size={"1": 2.0, "10000": 8.0},
-        workers_table=[{"workers": 1, "1": 600.0, "10000": 1.2e6},
-                       {"workers": 2, "1": 900.0, "10000": 1.5e6}],
-    )  # fmt: skip
+        workers_table=[
+            {"workers": 1, "1": 600.0, "10000": 1.2e6},
+            {"workers": 2, "1": 900.0, "10000": 1.5e6},
+        ],
+    )
     add_ratios(result)  # type: ignore[arg-type]
     text = markdown(result)
     assert "| `load_rps` (" in text and "under 8 clients" in text

@@ -19,8 +19,15 @@ from typing import Any
 
 import pytest
 
-PHASES = ["baseline", "redis_paused", "redis_restarted", "postgres_restarted",
-          "model_reloaded", "overloaded", "soak"]  # fmt: skip
+PHASES = [
+    "baseline",
+    "redis_paused",
+    "redis_restarted",
+    "postgres_restarted",
+    "model_reloaded",
+    "overloaded",
+    "soak",
+]
 
 
 def children() -> set[int]:
@@ -56,8 +63,15 @@ def phase(result: dict[str, Any], name: str) -> dict[str, Any]:
 def test_shape(result: dict[str, Any]) -> None:
     assert [p["name"] for p in result["phases"]] == PHASES
     for p in result["phases"]:
-        assert {"name", "requests", "errors", "p50_ms", "p99_ms", "503s",
-                "retry_after"} <= p.keys()  # fmt: skip
+        assert {
+            "name",
+            "requests",
+            "errors",
+            "p50_ms",
+            "p99_ms",
+            "503s",
+            "retry_after",
+        } <= p.keys()
         assert p["requests"] > 0, p
         assert 0 <= p["errors"] <= p["requests"]
         assert p["p50_ms"] is not None and p["p50_ms"] <= p["p99_ms"]

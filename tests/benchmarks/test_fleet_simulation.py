@@ -15,10 +15,19 @@ from xla_costmodel.tpugraphs.knowledge import Knowledge
 
 def test_simulate_quick_json_prints_the_object() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "from xla_costmodel.cli import main; main()",
-         "simulate", "--quick", "--json"],
-        capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from xla_costmodel.cli import main; main()",
+            "simulate",
+            "--quick",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     result = json.loads(out.stdout)
     assert set(result) >= {"targets", "goals"}
     assert len(result["targets"]) >= 2

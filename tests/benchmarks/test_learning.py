@@ -16,8 +16,16 @@ from typing import Any
 import pytest
 
 STRATEGIES = ("slowdown", "model_slowdown", "random_slowdown", "per_graph_slowdown")
-METADATA = ("date", "cpu_model", "cpu_flags", "cores", "python", "onnxruntime",
-            "numpy", "git_commit")  # fmt: skip
+METADATA = (
+    "date",
+    "cpu_model",
+    "cpu_flags",
+    "cores",
+    "python",
+    "onnxruntime",
+    "numpy",
+    "git_commit",
+)
 
 
 def children() -> set[str]:

@@ -100,9 +100,14 @@ class FakeService:
         self.graphs[(model, gid)] = g
         return httpx.Response(
             200,
-            json={"graph_id": gid, "nodes": g.num_nodes, "edges": g.num_edges,
-                  "configurable_nodes": g.num_configurable, "cached": cached},
-        )  # fmt: skip
+            json={
+                "graph_id": gid,
+                "nodes": g.num_nodes,
+                "edges": g.num_edges,
+                "configurable_nodes": g.num_configurable,
+                "cached": cached,
+            },
+        )
 
     def _rank(self, request: httpx.Request) -> httpx.Response:
         params = request.url.params
@@ -120,8 +125,12 @@ class FakeService:
             )
         if inline:  # the graph travels with the request: validated, hashed, kept
             graph = make_graph(**inline)
-            gid = graph_id(graph.node_feat, graph.node_opcode, graph.edge_index,
-                           graph.node_config_ids)  # fmt: skip
+            gid = graph_id(
+                graph.node_feat,
+                graph.node_opcode,
+                graph.edge_index,
+                graph.node_config_ids,
+            )
             cache = "memory" if (model, gid) in self.graphs else "miss"
             self.graphs[(model, gid)] = graph
         else:
@@ -137,15 +146,27 @@ class FakeService:
         k = int(params.get("top_k", len(order)))
         if "application/x-npz" in request.headers.get("accept", ""):
             buf = io.BytesIO()
-            np.savez(buf, ranking=order, scores=scores.astype(np.float32),
-                     top_k=order[:k])  # fmt: skip
-            headers = {"X-Model": model, "X-Model-Version": version, "X-Cache": cache,
-                       "X-Graph-ID": gid, "Content-Type": "application/x-npz"}  # fmt: skip
+            np.savez(
+                buf, ranking=order, scores=scores.astype(np.float32), top_k=order[:k]
+            )
+            headers = {
+                "X-Model": model,
+                "X-Model-Version": version,
+                "X-Cache": cache,
+                "X-Graph-ID": gid,
+                "Content-Type": "application/x-npz",
+            }
             return httpx.Response(200, content=buf.getvalue(), headers=headers)
         ranking = order.tolist()
-        body = {"model": model, "model_version": version, "graph_id": gid,
-                "cache": cache, "ranking": ranking, "scores": scores.tolist(),
-                "top_k": ranking[:k]}  # fmt: skip
+        body = {
+            "model": model,
+            "model_version": version,
+            "graph_id": gid,
+            "cache": cache,
+            "ranking": ranking,
+            "scores": scores.tolist(),
+            "top_k": ranking[:k],
+        }
         return httpx.Response(200, json=body)
 
     def _feedback(self, request: httpx.Request) -> httpx.Response:

@@ -98,10 +98,24 @@ def live_server(
         "COSTMODEL_DATA_DIR": str(tmp_path_factory.mktemp("data")),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "xla_costmodel.service.app:app_from_env", "--factory",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "xla_costmodel.service.app:app_from_env",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, proc, log_path, timeout=60)

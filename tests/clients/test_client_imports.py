@@ -27,7 +27,11 @@ def test_importing_clients_imports_no_server_stack() -> None:
         f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    )
     assert json.loads(out.stdout) == []

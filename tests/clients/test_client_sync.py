@@ -93,8 +93,12 @@ def test_rank_sends_binary_configs_and_ids_in_the_query(
     assert dict(by_id.url.params) == {"model": "tile", "graph_id": gid, "top_k": "3"}
     assert by_id.headers["content-type"] == "application/x-npz"
     with np.load(io.BytesIO(inline.content)) as data:
-        assert set(data.files) == {"node_feat", "node_opcode", "edge_index",
-                                   "config_feat"}  # fmt: skip
+        assert set(data.files) == {
+            "node_feat",
+            "node_opcode",
+            "edge_index",
+            "config_feat",
+        }
         assert np.array_equal(data["node_feat"], tile_sample.graph.node_feat)
     with np.load(io.BytesIO(by_id.content)) as data:
         assert data.files == ["config_feat"]

@@ -40,8 +40,12 @@ def test_feedback_against_the_real_service(
     with CostModelClient(live_server) as client:
         client.rank("tile", tile_sample, tile_sample.configs)
         if has_route:
-            stored = client.feedback("tile", tile_sample, tile_sample.runtimes[:2],
-                                     configs=tile_sample.configs[:2])  # fmt: skip
+            stored = client.feedback(
+                "tile",
+                tile_sample,
+                tile_sample.runtimes[:2],
+                configs=tile_sample.configs[:2],
+            )
             assert stored.stored == 2
         else:
             with pytest.raises(EndpointNotFound):

@@ -20,8 +20,15 @@ REQUEST = httpx.Request("POST", "http://service/v1/rank")
 
 
 def json_answer(**changes: Any) -> httpx.Response:
-    body = {"model": "tile", "model_version": "1", "graph_id": GID, "cache": "memory",
-            "ranking": [2, 0, 1], "scores": [0.5, 0.75, 0.25], "top_k": [2]}  # fmt: skip
+    body = {
+        "model": "tile",
+        "model_version": "1",
+        "graph_id": GID,
+        "cache": "memory",
+        "ranking": [2, 0, 1],
+        "scores": [0.5, 0.75, 0.25],
+        "top_k": [2],
+    }
     body.update(changes)
     return httpx.Response(200, json=body, request=REQUEST)
 
@@ -35,8 +42,13 @@ def npz_answer(headers: dict[str, str] | None = None, **changes: Any) -> httpx.R
     arrays.update(changes)
     buf = io.BytesIO()
     np.savez(buf, **{k: v for k, v in arrays.items() if v is not None})
-    head = {"Content-Type": "application/x-npz", "X-Model": "tile",
-            "X-Model-Version": "1", "X-Cache": "memory", "X-Graph-ID": GID}  # fmt: skip
+    head = {
+        "Content-Type": "application/x-npz",
+        "X-Model": "tile",
+        "X-Model-Version": "1",
+        "X-Cache": "memory",
+        "X-Graph-ID": GID,
+    }
     head.update(headers or {})
     return httpx.Response(200, content=buf.getvalue(), headers=head, request=REQUEST)
 
@@ -44,8 +56,11 @@ def npz_answer(headers: dict[str, str] | None = None, **changes: Any) -> httpx.R
 @pytest.mark.parametrize("answer", [json_answer, npz_answer])
 def test_both_encodings_give_the_same_result(answer: Any) -> None:
     result = parse_rank(answer(), GID, 3, uploaded=True)
-    assert (result.ranking, result.top_k, result.scores) == ((2, 0, 1), (2,),
-                                                             (0.5, 0.75, 0.25))  # fmt: skip
+    assert (result.ranking, result.top_k, result.scores) == (
+        (2, 0, 1),
+        (2,),
+        (0.5, 0.75, 0.25),
+    )
     assert (result.model, result.model_version, result.cache) == ("tile", "1", "memory")
     assert result.graph_id == GID and result.uploaded
     assert all(type(i) is int for i in result.ranking + result.top_k)
@@ -113,9 +128,11 @@ def test_npz_answers_breaking_the_contract(
 
 def test_an_unreadable_npz_answer() -> None:
     garbage = httpx.Response(
-        200, content=b"PK\x03\x04 not a zip", headers={"Content-Type": "application/x-npz"},
+        200,
+        content=b"PK\x03\x04 not a zip",
+        headers={"Content-Type": "application/x-npz"},
         request=REQUEST,
-    )  # fmt: skip
+    )
     with pytest.raises(ProtocolError, match="not an npz"):
         parse_rank(garbage, GID, 3, uploaded=False)
 
@@ -134,8 +151,12 @@ def test_an_npz_answer_whose_header_lies_is_a_protocol_error(
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as archive:
         archive.writestr("ranking.npy", head.getvalue() + b"\0" * 64)
-    lying = httpx.Response(200, content=buf.getvalue(),
-                           headers={"Content-Type": "application/x-npz"}, request=REQUEST)  # fmt: skip
+    lying = httpx.Response(
+        200,
+        content=buf.getvalue(),
+        headers={"Content-Type": "application/x-npz"},
+        request=REQUEST,
+    )
     with pytest.raises(ProtocolError, match="claims shape"):
         parse_rank(lying, GID, 3, uploaded=False)
 
@@ -143,7 +164,11 @@ def test_an_npz_answer_whose_header_lies_is_a_protocol_error(
 def test_an_npz_answer_of_object_arrays_is_a_protocol_error() -> None:
     buf = io.BytesIO()
     np.savez(buf, ranking=np.array([{"a": 1}], dtype=object))
-    answer = httpx.Response(200, content=buf.getvalue(),
-                            headers={"Content-Type": "application/x-npz"}, request=REQUEST)  # fmt: skip
+    answer = httpx.Response(
+        200,
+        content=buf.getvalue(),
+        headers={"Content-Type": "application/x-npz"},
+        request=REQUEST,
+    )
     with pytest.raises(ProtocolError, match="object"):
         parse_rank(answer, GID, 3, uploaded=False)

@@ -24,12 +24,19 @@ from xla_costmodel.clients.xla.measure import Protocol
 from xla_costmodel.clients.xla.zoo import PROGRAMS, Program, families, select
 from xla_costmodel.tpugraphs import xla_cpu
 
-QUICK = Protocol(runs=1, min_rounds=2, max_rounds=2, budget_s=1.0, attempts=1,
-                 noise_threshold=10.0)  # fmt: skip
+QUICK = Protocol(
+    runs=1, min_rounds=2, max_rounds=2, budget_s=1.0, attempts=1, noise_threshold=10.0
+)
 KEYS = {
-    "node_feat", "node_opcode", "edge_index", "node_splits", "config_feat",
-    "config_runtime", "config_runtime_normalizers", "config_spec",
-}  # fmt: skip
+    "node_feat",
+    "node_opcode",
+    "edge_index",
+    "node_splits",
+    "config_feat",
+    "config_runtime",
+    "config_runtime_normalizers",
+    "config_spec",
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +64,15 @@ def _run(out: Path, hook: Any = None) -> list[dict[str, Any]]:
     from xla_costmodel.clients.xla.runner import run_collection
 
     return run_collection(
-        [TINY], out, configs=3, seed=0, protocol=QUICK, time_budget=60.0,
-        options_hook=hook, progress=False,
-    )  # fmt: skip
+        [TINY],
+        out,
+        configs=3,
+        seed=0,
+        protocol=QUICK,
+        time_budget=60.0,
+        options_hook=hook,
+        progress=False,
+    )
 
 
 def _break_row_2(index: int, options: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +115,18 @@ def test_collect_writes_tpugraphs_files_and_records_failures(tmp_path: Path) -> 
     assert side["controls_same_optimized_hlo"] is True
     assert side["max_rel_diff"][0] == 0.0 and side["max_rel_diff"][2] is None
     assert side["config_runtime_ns"] == runtimes.tolist()
-    for key in ("family", "noise", "rounds", "versions", "machine", "phase_s", "date",
-                "load_average_start", "optimized_hlo_sha1", "attempts"):  # fmt: skip
+    for key in (
+        "family",
+        "noise",
+        "rounds",
+        "versions",
+        "machine",
+        "phase_s",
+        "date",
+        "load_average_start",
+        "optimized_hlo_sha1",
+        "attempts",
+    ):
         assert key in side, key
     assert side["versions"]["jax"] != "not installed"
     assert side["machine"]["cpu_model"] and side["machine"]["cores"] >= 1
@@ -127,9 +150,22 @@ def test_a_program_whose_default_fails_is_dropped_and_recorded(tmp_path: Path) -
 
 @pytest.mark.usefixtures("jax_installed")
 def test_the_command_collects_a_zoo_program(tmp_path: Path) -> None:
-    args = ["collect", "--programs", "mlp_train_3x1024_b64", "--configs", "2",
-            "--max-rounds", "3", "--runs", "1", "--noise-threshold", "0.5", "--no-pin",
-            "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        "collect",
+        "--programs",
+        "mlp_train_3x1024_b64",
+        "--configs",
+        "2",
+        "--max-rounds",
+        "3",
+        "--runs",
+        "1",
+        "--noise-threshold",
+        "0.5",
+        "--no-pin",
+        "--out",
+        str(tmp_path),
+    ]
     result = CliRunner().invoke(cli.build_app(), args)
     assert result.exit_code == 0, result.output
     side = json.loads((tmp_path / "mlp_train_3x1024_b64.json").read_text())
@@ -205,8 +241,11 @@ def test_the_datasheet_is_computed_from_the_sidecars_and_compares_other_cpus(
     t = side["config_runtime_ns"]
     other = tmp_path / "cpu-test-9.9-avx2"  # another target: a sibling folder
     other.mkdir(parents=True)
-    there = {**side, "machine": {**side["machine"], "cpu_family": "9", "cpu_model_id": "9"},
-             "config_runtime_ns": [max(t) + min(t) - x for x in t]}  # fmt: skip
+    there = {
+        **side,
+        "machine": {**side["machine"], "cpu_family": "9", "cpu_model_id": "9"},
+        "config_runtime_ns": [max(t) + min(t) - x for x in t],
+    }
     (other / "tiny_mlp.json").write_text(json.dumps(there))
 
     cmp = datasheet.cross_cpu(side, there)

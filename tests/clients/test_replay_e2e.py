@@ -37,8 +37,15 @@ def data_args(tile_paths: list[Path], layout_path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def report(live_server: str, data_args: list[str]) -> dict[str, Any]:
-    result = run_cli("--server", live_server, *data_args, *TARGET,
-                     "--budget-fraction", str(BUDGET_FRACTION), "--json")  # fmt: skip
+    result = run_cli(
+        "--server",
+        live_server,
+        *data_args,
+        *TARGET,
+        "--budget-fraction",
+        str(BUDGET_FRACTION),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     return dict(json.loads(result.stdout))
 
@@ -53,8 +60,11 @@ def test_report_covers_every_file(
     assert len(report["graphs"]) == len(tile_paths) + 1 and report["skipped"] == []
     assert {g["model"] for g in report["graphs"]} == {"tile", "layout"}
     assert set(report["mean"]) >= {
-        "slowdown", "speedup_vs_default", "random_slowdown", "measured_fraction"
-    }  # fmt: skip
+        "slowdown",
+        "speedup_vs_default",
+        "random_slowdown",
+        "measured_fraction",
+    }
     for g in report["graphs"]:
         assert g["slowdown"] >= 0 and g["random_slowdown"] >= 0
         assert 1 <= g["budget"] == math.ceil(BUDGET_FRACTION * g["configs"])
@@ -80,7 +90,7 @@ def test_one_tile_graph_by_hand(
     n = len(order)
     expected_random = sum(
         order[i] * math.comb(n - 1 - i, k - 1) for i in range(n - k + 1)
-    ) / math.comb(n, k)  # fmt: skip
+    ) / math.comb(n, k)
     g = by_name(report, "fusion.191_")
     assert g["measured"] == measured and g["budget"] == k
     assert (g["best_found_ns"], g["true_best_ns"], g["default_ns"]) == (
@@ -145,8 +155,15 @@ def test_feedback_outcome_matches_the_service(
 def test_second_run_uses_the_cache_and_learns_from_the_first(
     live_server: str, report: dict[str, Any], data_args: list[str]
 ) -> None:
-    result = run_cli("--server", live_server, *data_args, *TARGET,
-                     "--budget-fraction", str(BUDGET_FRACTION), "--json")  # fmt: skip
+    result = run_cli(
+        "--server",
+        live_server,
+        *data_args,
+        *TARGET,
+        "--budget-fraction",
+        str(BUDGET_FRACTION),
+        "--json",
+    )
     again = json.loads(result.stdout)
     # A new client sends each graph inline once; the service finds every embedding
     # cached and encodes nothing.
@@ -184,9 +201,21 @@ def test_rounds_report_the_learning_curve(
     """3 rounds of 2 on the tile kernels and unet: feedback after each round adapts
     the next; the report has every strategy per round and keeps the final round's
     numbers at the top level."""
-    result = run_cli("--server", live_server, "--data", str(tile_paths[0].parent),
-                     "--data", str(layout_path), "--rounds", "3", "--budget", "2",
-                     "--target", "replay-rounds", "--json")  # fmt: skip
+    result = run_cli(
+        "--server",
+        live_server,
+        "--data",
+        str(tile_paths[0].parent),
+        "--data",
+        str(layout_path),
+        "--rounds",
+        "3",
+        "--budget",
+        "2",
+        "--target",
+        "replay-rounds",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     rounds = report["rounds"]
@@ -221,6 +250,16 @@ def test_rounds_report_the_learning_curve(
         best = int(sample.runtimes[g["measured"]].min())
         assert g["best_found_ns"] == best
     assert max(adapted) >= 4  # fusion.191 at least
-    table = run_cli("--server", live_server, "--data", str(layout_path),
-                    "--rounds", "2", "--budget", "3", "--target", "replay-table")  # fmt: skip
+    table = run_cli(
+        "--server",
+        live_server,
+        "--data",
+        str(layout_path),
+        "--rounds",
+        "2",
+        "--budget",
+        "3",
+        "--target",
+        "replay-table",
+    )
     assert table.exit_code == 0 and "learning curve" in table.stdout

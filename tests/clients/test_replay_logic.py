@@ -51,8 +51,12 @@ def test_mean_skips_unknown_speedups() -> None:
     report = ReplayReport()
     assert report.mean()["slowdown"] is None
     payload = report.to_json()
-    assert set(payload["mean"]) >= {"slowdown", "speedup_vs_default", "random_slowdown",
-                                    "measured_fraction"}  # fmt: skip
+    assert set(payload["mean"]) >= {
+        "slowdown",
+        "speedup_vs_default",
+        "random_slowdown",
+        "measured_fraction",
+    }
     assert "slowdown" in payload["definitions"]
 
 

@@ -35,8 +35,15 @@ from xla_costmodel.tpugraphs import xla_cpu
 REPO = Path(__file__).resolve().parents[2]
 MODEL: Final = "xla_cpu"
 QUICK = Protocol(runs=1, min_rounds=2, max_rounds=2, budget_s=1.0)
-REQUIRED = {"default_ms", "best_ms", "speedup", "compiler_options", "measured",
-            "strategy", "budget"}  # fmt: skip
+REQUIRED = {
+    "default_ms",
+    "best_ms",
+    "speedup",
+    "compiler_options",
+    "measured",
+    "strategy",
+    "budget",
+}
 TINY_FILE = """
 def program():
     import jax
@@ -77,14 +84,22 @@ def _service(root: Path, model_dir: Path, argv: list[str]) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COSTMODEL_MODELS": MODEL,
-           "COSTMODEL_MODEL_DIR": str(model_dir),
-           "COSTMODEL_DATA_DIR": str(root / "db"), "COSTMODEL_LOG_LEVEL": "WARNING"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COSTMODEL_MODELS": MODEL,
+        "COSTMODEL_MODEL_DIR": str(model_dir),
+        "COSTMODEL_DATA_DIR": str(root / "db"),
+        "COSTMODEL_LOG_LEVEL": "WARNING",
+    }
     log = (root / "service.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, *argv, "--port", str(port)],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         with CostModelClient(url) as probe:
@@ -116,8 +131,14 @@ def xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cfg = TrainConfig(MODEL, epochs=1, model=network, batch_configs=32)
     out = root / "models" / MODEL / "1"
     export_artifact(fit(train, valid, cfg, out.parent), out, name=MODEL)
-    uvicorn = ["-m", "uvicorn", "xla_costmodel.service.app:app_from_env", "--factory",
-               "--host", "127.0.0.1"]  # fmt: skip
+    uvicorn = [
+        "-m",
+        "uvicorn",
+        "xla_costmodel.service.app:app_from_env",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+    ]
     with _service(root, root / "models", uvicorn) as url:
         yield url
 
@@ -127,8 +148,16 @@ def test_tune_ranks_measures_feeds_back_and_keeps_a_sound_choice(
 ) -> None:
     fn, args = _tiny()
     with CostModelClient(xla_cpu_service) as client:
-        tuned = autotuned(fn, args, 3, client=client, candidates=8, rounds=2,
-                          protocol=QUICK, crash_dir=tmp_path)  # fmt: skip
+        tuned = autotuned(
+            fn,
+            args,
+            3,
+            client=client,
+            candidates=8,
+            rounds=2,
+            protocol=QUICK,
+            crash_dir=tmp_path,
+        )
         report = tuned.report
         assert report.service_answered and report.model_version == "1", report.reason
         body = json.loads(json.dumps(report.to_json()))
@@ -146,8 +175,11 @@ def test_tune_ranks_measures_feeds_back_and_keeps_a_sound_choice(
         # The chosen options are the default's, or a measured config that beat the
         # default beyond the noise when measured again.
         if report.compiler_options:
-            (entry,) = [m for m in report.measured
-                        if m["compiler_options"] == report.compiler_options]  # fmt: skip
+            (entry,) = [
+                m
+                for m in report.measured
+                if m["compiler_options"] == report.compiler_options
+            ]
             assert entry["final_ms"] == report.best_ms
             assert report.default_ms / report.best_ms > 1 + report.noise
             assert report.speedup == pytest.approx(report.default_ms / report.best_ms)
@@ -171,8 +203,9 @@ def test_an_unreachable_service_keeps_the_default(tmp_path: Path) -> None:
         port = s.getsockname()[1]  # nothing listens there once closed
     url = f"http://127.0.0.1:{port}"
     with CostModelClient(url, retry=RetryPolicy(max_attempts=1)) as client:
-        report = tune(fn, args, 2, client=client, candidates=8, protocol=QUICK,
-                      crash_dir=tmp_path)  # fmt: skip
+        report = tune(
+            fn, args, 2, client=client, candidates=8, protocol=QUICK, crash_dir=tmp_path
+        )
     assert report.compiler_options == {} and report.speedup == 1.0
     assert not report.service_answered and report.measured == []
     assert "the service did not rank" in report.reason
@@ -196,16 +229,18 @@ def test_the_config_is_checked_and_plans_the_policys_rounds() -> None:
 
 def test_configs_that_crashed_an_earlier_run_are_left_out(tmp_path: Path) -> None:
     fn, args = _tiny()
-    first = tune(fn, args, 1, strategy="random", candidates=8, protocol=QUICK,
-                 crash_dir=tmp_path)  # fmt: skip
+    first = tune(
+        fn, args, 1, strategy="random", candidates=8, protocol=QUICK, crash_dir=tmp_path
+    )
     assert first.notes == []
     (journal,) = tmp_path.glob("*.journal")  # one per program
     rows = xla_cpu.sample(8, 0)
     # As a process killed while compiling rows 1-5 would have left it: begun, not ended.
     with journal.open("a") as f:
         f.writelines(f"c {config_key(rows[i])}\n" for i in range(1, 6))
-    again = tune(fn, args, 2, strategy="random", candidates=8, protocol=QUICK,
-                 crash_dir=tmp_path)  # fmt: skip
+    again = tune(
+        fn, args, 2, strategy="random", candidates=8, protocol=QUICK, crash_dir=tmp_path
+    )
     tried = [m["compiler_options"] for m in again.measured + again.failed]
     expected = [xla_cpu.to_options(rows[i]) for i in (6, 7)]
     assert sorted(map(str, tried)) == sorted(map(str, expected))
@@ -216,17 +251,30 @@ def _costmodel(*argv: str, cache: Path) -> subprocess.CompletedProcess[str]:
     """The command as a user runs it (it tunes in a child process of its own)."""
     return subprocess.run(
         [sys.executable, "-c", "from xla_costmodel.cli import main; main()", *argv],
-        capture_output=True, text=True, cwd=REPO,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)},
-    )  # fmt: skip
+    )
 
 
 def test_the_command_tunes_a_file_at_random(tmp_path: Path) -> None:
     path = tmp_path / "tiny_program.py"
     path.write_text(TINY_FILE)
-    result = _costmodel("tune", f"{path}:program", "--strategy", "random",
-                        "--budget", "2", "--candidates", "8", "--seed", "1", "--json",
-                        cache=tmp_path)  # fmt: skip
+    result = _costmodel(
+        "tune",
+        f"{path}:program",
+        "--strategy",
+        "random",
+        "--budget",
+        "2",
+        "--candidates",
+        "8",
+        "--seed",
+        "1",
+        "--json",
+        cache=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     assert set(body) >= REQUIRED
@@ -279,10 +327,20 @@ def test_the_example_program_is_tuned_with_the_shipped_model(
     shipped_xla_cpu_service: str, tmp_path: Path
 ) -> None:
     """README's `costmodel tune examples/tune_programs.py:my_program`, tiny budget."""
-    result = _costmodel("tune", "examples/tune_programs.py:my_program",
-                        "--server", shipped_xla_cpu_service, "--budget", "2",
-                        "--rounds", "1", "--candidates", "16", "--json",
-                        cache=tmp_path)  # fmt: skip
+    result = _costmodel(
+        "tune",
+        "examples/tune_programs.py:my_program",
+        "--server",
+        shipped_xla_cpu_service,
+        "--budget",
+        "2",
+        "--rounds",
+        "1",
+        "--candidates",
+        "16",
+        "--json",
+        cache=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     assert body["service_answered"] and body["strategy"] == "model"

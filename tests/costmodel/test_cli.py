@@ -55,8 +55,12 @@ def test_featurize_writes_a_tpugraphs_npz(shared_data: Path, tmp_path: Path) -> 
         for key in ("node_feat", "node_opcode", "edge_index", "node_config_ids"):
             assert np.array_equal(got[key], real[key]), key
             assert got[key].dtype == real[key].dtype, key
-        make_graph(got["node_feat"], got["node_opcode"], got["edge_index"],
-                   got["node_config_ids"])  # fmt: skip
+        make_graph(
+            got["node_feat"],
+            got["node_opcode"],
+            got["edge_index"],
+            got["node_config_ids"],
+        )
 
 
 def test_featurize_reports_bad_text_with_its_line(tmp_path: Path) -> None:

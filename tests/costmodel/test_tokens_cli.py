@@ -21,8 +21,9 @@ def test_the_token_is_the_last_line_of_stdout_and_shown_once(tmp_path: Path) -> 
     url = f"sqlite:///{tmp_path / 'db' / 'costmodel.db'}"
     code, out, err = run("tokens", "list", "--database-url", url)
     assert code == 1 and "no database" in err  # never creates an empty one
-    code, out, err = run("tokens", "create", "tuner-1", "--target", "tpu-v3",
-                         "--database-url", url)  # fmt: skip
+    code, out, err = run(
+        "tokens", "create", "tuner-1", "--target", "tpu-v3", "--database-url", url
+    )
     assert code == 0, err
     (token,) = out.splitlines()  # alone on stdout; the words went to stderr
     assert token.startswith("cmw_") and "tuner-1" in err and token not in err
@@ -39,8 +40,9 @@ def test_the_token_is_the_last_line_of_stdout_and_shown_once(tmp_path: Path) -> 
     assert run("tokens", "revoke", "tuner-1", "--database-url", url)[0] == 0
     code, _, err = run("tokens", "revoke", "tuner-1", "--database-url", url)
     assert code == 1 and "no active writer" in err
-    code, out, _ = run("measurements", "purge", "--writer", "tuner-1",
-                       "--database-url", url)  # fmt: skip
+    code, out, _ = run(
+        "measurements", "purge", "--writer", "tuner-1", "--database-url", url
+    )
     assert code == 0 and out.splitlines()[-1] == "0"
     code, _, err = run("tokens", "create", "bad name", "--database-url", url)
     assert code == 2 and "writer name" in err

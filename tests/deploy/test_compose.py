@@ -113,8 +113,9 @@ def test_environment_is_settings_and_points_at_the_parts(
     database = urlsplit(settings.database_url.get_secret_value())
     postgres = services["postgres"]["environment"]
     assert database.scheme == "postgresql" and (database.hostname, database.port) == (
-        "postgres", 5432,
-    )  # fmt: skip
+        "postgres",
+        5432,
+    )
     assert database.username == postgres["POSTGRES_USER"]
     assert database.password == postgres["POSTGRES_PASSWORD"]
     assert database.path == "/" + postgres["POSTGRES_DB"]

@@ -128,9 +128,10 @@ def test_services_select_one_workload_on_a_port_it_exposes(
     for service in [r for r in resources if r["kind"] == "Service"]:
         selector = service["spec"]["selector"]
         selected = [
-            w for w in workloads(resources)
+            w
+            for w in workloads(resources)
             if matches(selector, w["spec"]["template"]["metadata"]["labels"])
-        ]  # fmt: skip
+        ]
         assert len(selected) == 1, service["metadata"]["name"]
         ports = {
             p["name"]: p["containerPort"]
@@ -153,8 +154,10 @@ def test_hpa_and_pdb_cover_the_server_and_only_it(resources: list[Resource]) -> 
     hpa = get(resources, "HorizontalPodAutoscaler", "costmodel")
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["apiVersion"], target["kind"], target["name"]) == (
-        "apps/v1", "Deployment", "costmodel",
-    )  # fmt: skip
+        "apps/v1",
+        "Deployment",
+        "costmodel",
+    )
     # Several replicas share Redis and PostgreSQL; the HPA alone sets the count.
     assert hpa["spec"]["minReplicas"] >= 2
     assert "replicas" not in deployment["spec"]
@@ -164,9 +167,10 @@ def test_hpa_and_pdb_cover_the_server_and_only_it(resources: list[Resource]) -> 
     pdb = get(resources, "PodDisruptionBudget", "costmodel")
     selector = pdb["spec"]["selector"]["matchLabels"]
     covered = [
-        w["metadata"]["name"] for w in workloads(resources)
+        w["metadata"]["name"]
+        for w in workloads(resources)
         if matches(selector, w["spec"]["template"]["metadata"]["labels"])
-    ]  # fmt: skip
+    ]
     assert covered == ["costmodel"]
     assert pdb["spec"]["maxUnavailable"] < hpa["spec"]["minReplicas"]
 

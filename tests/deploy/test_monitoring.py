@@ -91,8 +91,9 @@ def test_every_recording_rule_read_is_defined() -> None:
 def test_the_dashboard_is_generated_and_every_query_parses(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(MONITORING / "generate.py"), "--check"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     board = json.loads(DASHBOARD.read_text())
     panels = board["panels"]
@@ -102,14 +103,29 @@ def test_the_dashboard_is_generated_and_every_query_parses(tmp_path: Path) -> No
         assert grid["x"] + grid["w"] <= 24, panel["title"]
         assert panel["type"] == "row" or panel["targets"], panel["title"]
     rows = {p["title"] for p in panels if p["type"] == "row"}
-    for topic in ("Traffic", "Latency", "Errors", "Caches", "Database",
-                  "Model versions", "Online quality", "Fleet gain per target"):  # fmt: skip
+    for topic in (
+        "Traffic",
+        "Latency",
+        "Errors",
+        "Caches",
+        "Database",
+        "Model versions",
+        "Online quality",
+        "Fleet gain per target",
+    ):
         assert topic in rows
     # promtool has no expression checker: each query as a recording rule does.
-    queries = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}", "expr": expr}
-        for i, expr in enumerate(dashboard_exprs())
-    ]}]}  # fmt: skip
+    queries = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{i}", "expr": expr}
+                    for i, expr in enumerate(dashboard_exprs())
+                ],
+            }
+        ]
+    }
     path = tmp_path / "queries.yml"
     path.write_text(yaml.safe_dump(queries))
     done = run_promtool("check", "rules", str(path))
@@ -118,8 +134,20 @@ def test_the_dashboard_is_generated_and_every_query_parses(tmp_path: Path) -> No
 
 def test_promtool_parse_check_can_fail(tmp_path: Path) -> None:
     path = tmp_path / "bad.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
-        {"record": "x:y", "expr": "sum by (model (costmodel_ready)"}]}]}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "g",
+                        "rules": [
+                            {"record": "x:y", "expr": "sum by (model (costmodel_ready)"}
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     assert run_promtool("check", "rules", str(path)).returncode != 0
 
 
@@ -128,8 +156,11 @@ def load(name: str) -> dict[str, Any]:
 
 
 def test_pods_carry_scrape_annotations_for_the_metrics_port() -> None:
-    (deployment,) = [r for r in render(K8S) if r["kind"] == "Deployment"
-                     and r["metadata"]["name"] == "costmodel"]  # fmt: skip
+    (deployment,) = [
+        r
+        for r in render(K8S)
+        if r["kind"] == "Deployment" and r["metadata"]["name"] == "costmodel"
+    ]
     template = deployment["spec"]["template"]
     notes = template["metadata"]["annotations"]
     (port,) = template["spec"]["containers"][0]["ports"]
@@ -150,8 +181,9 @@ def test_the_monitoring_kustomization_lists_its_crds_with_the_tested_rules() -> 
 
     rule = load("prometheusrule.yaml")
     assert (rule["apiVersion"], rule["kind"]) == (
-        "monitoring.coreos.com/v1", "PrometheusRule",
-    )  # fmt: skip
+        "monitoring.coreos.com/v1",
+        "PrometheusRule",
+    )
     assert set(rule) == {"apiVersion", "kind", "metadata", "spec"}
     assert rule["spec"] == {"groups": yaml.safe_load(RULES.read_text())["groups"]}
 
@@ -159,20 +191,30 @@ def test_the_monitoring_kustomization_lists_its_crds_with_the_tested_rules() -> 
 def test_the_service_monitor_selects_the_service_on_its_metrics_port() -> None:
     monitor = load("servicemonitor.yaml")
     assert (monitor["apiVersion"], monitor["kind"]) == (
-        "monitoring.coreos.com/v1", "ServiceMonitor",
-    )  # fmt: skip
+        "monitoring.coreos.com/v1",
+        "ServiceMonitor",
+    )
     assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
-    assert set(monitor["spec"]) <= {"selector", "endpoints", "jobLabel",
-                                    "namespaceSelector"}  # fmt: skip
-    (service,) = [r for r in render(K8S) if r["kind"] == "Service"
-                  and r["metadata"]["name"] == "costmodel"]  # fmt: skip
+    assert set(monitor["spec"]) <= {
+        "selector",
+        "endpoints",
+        "jobLabel",
+        "namespaceSelector",
+    }
+    (service,) = [
+        r
+        for r in render(K8S)
+        if r["kind"] == "Service" and r["metadata"]["name"] == "costmodel"
+    ]
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert all(service["metadata"]["labels"].get(k) == v for k, v in selector.items())
     # Only the costmodel Service matches (not Redis or PostgreSQL).
     matched = [
-        r["metadata"]["name"] for r in render(K8S) if r["kind"] == "Service"
+        r["metadata"]["name"]
+        for r in render(K8S)
+        if r["kind"] == "Service"
         and all(r["metadata"]["labels"].get(k) == v for k, v in selector.items())
-    ]  # fmt: skip
+    ]
     assert matched == ["costmodel"]
     (endpoint,) = monitor["spec"]["endpoints"]
     assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "scheme"}
@@ -187,8 +229,11 @@ def test_compose_prometheus_profile_scrapes_every_replica_with_the_rules() -> No
     prometheus = compose["services"]["prometheus"]
     assert prometheus["profiles"] == ["prometheus"]
     assert prometheus["healthcheck"]["test"][0] == "CMD"
-    mounts = dict(m.rsplit(":", 1)[0].split(":", 1) for m in prometheus["volumes"]
-                  if m.startswith("./"))  # fmt: skip
+    mounts = dict(
+        m.rsplit(":", 1)[0].split(":", 1)
+        for m in prometheus["volumes"]
+        if m.startswith("./")
+    )
     config_path = next(k for k, v in mounts.items() if v.endswith("prometheus.yml"))
     config = yaml.safe_load((COMPOSE.parent / config_path).read_text())
     # rules.yml is mounted beside the config, where its relative rule_files points.

@@ -29,11 +29,28 @@ def test_train_evaluate_export_on_a_dataset_tree(tmp_path: Path) -> None:
     write_tree(root, "layout", "train", 1, seed=0, num_nodes=20, num_configs=20)
     runner = CliRunner()
     out = tmp_path / "artifacts" / "tile" / "2"
-    result = runner.invoke(app(), [
-        "train", "--collection", "tile", "--data", str(root / "npz"),
-        "--valid", str(root / "npz/tile/xla/valid"), "--out", str(out),
-        "--epochs", "2", "--seed", "1", "--hidden", "8", "--layers", "1",
-    ])  # fmt: skip
+    result = runner.invoke(
+        app(),
+        [
+            "train",
+            "--collection",
+            "tile",
+            "--data",
+            str(root / "npz"),
+            "--valid",
+            str(root / "npz/tile/xla/valid"),
+            "--out",
+            str(out),
+            "--epochs",
+            "2",
+            "--seed",
+            "1",
+            "--hidden",
+            "8",
+            "--layers",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     manifest = read_manifest(out)
     assert (manifest.name, manifest.version, manifest.training["seed"]) == (
@@ -48,8 +65,17 @@ def test_train_evaluate_export_on_a_dataset_tree(tmp_path: Path) -> None:
     assert not set(training["data_files"]) & set(training["valid_files"])
     assert (out / "train_log.jsonl").read_text().count("\n") == 2
 
-    result = runner.invoke(app(), ["evaluate", "--model", str(out),
-                                   "--data", str(root / "npz/tile/xla/valid"), "--json"])  # fmt: skip
+    result = runner.invoke(
+        app(),
+        [
+            "evaluate",
+            "--model",
+            str(out),
+            "--data",
+            str(root / "npz/tile/xla/valid"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["collection"] == "tile" and report["model_version"] == "2"
@@ -62,8 +88,10 @@ def test_train_evaluate_export_on_a_dataset_tree(tmp_path: Path) -> None:
         assert set(TILE_KEYS) <= set(part)
 
     again = tmp_path / "exported" / "5"
-    result = runner.invoke(app(), ["export", "--checkpoint", str(out / "checkpoint.pt"),
-                                   "--out", str(again)])  # fmt: skip
+    result = runner.invoke(
+        app(),
+        ["export", "--checkpoint", str(out / "checkpoint.pt"), "--out", str(again)],
+    )
     assert result.exit_code == 0, result.output
     assert read_manifest(again).version == "5"
 
@@ -106,11 +134,26 @@ def test_train_skips_copies_of_validation_graphs_elsewhere_in_data(
     copy = root / "npz/tile/xla/train/renamed_copy.npz"
     copy.write_bytes(valid[0].read_bytes())
     out = tmp_path / "artifacts" / "tile" / "1"
-    result = CliRunner().invoke(app(), [
-        "train", "--collection", "tile", "--data", str(root / "npz"),
-        "--valid", str(valid[0]), "--out", str(out),
-        "--epochs", "1", "--hidden", "8", "--layers", "1",
-    ])  # fmt: skip
+    result = CliRunner().invoke(
+        app(),
+        [
+            "train",
+            "--collection",
+            "tile",
+            "--data",
+            str(root / "npz"),
+            "--valid",
+            str(valid[0]),
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--hidden",
+            "8",
+            "--layers",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data_files = read_manifest(out).training["data_files"]
     assert len(data_files) == 3
@@ -125,17 +168,33 @@ def test_train_xla_cpu_from_a_mixed_tree(tmp_path: Path) -> None:
     write_tree(root, "xla_cpu", "valid", 1, seed=1, num_nodes=12, num_configs=30)
     write_tree(root, "tile", "train", 2, seed=0, num_nodes=12, num_configs=30)
     out = tmp_path / "artifacts" / "xla_cpu" / "1"
-    result = CliRunner().invoke(app(), [
-        "train", "--collection", "xla_cpu", "--data", str(root / "npz"),
-        "--valid", str(root / "npz/xla_cpu/valid"), "--out", str(out),
-        "--epochs", "1", "--hidden", "8", "--layers", "1",
-    ])  # fmt: skip
+    result = CliRunner().invoke(
+        app(),
+        [
+            "train",
+            "--collection",
+            "xla_cpu",
+            "--data",
+            str(root / "npz"),
+            "--valid",
+            str(root / "npz/xla_cpu/valid"),
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--hidden",
+            "8",
+            "--layers",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     manifest = read_manifest(out)
     assert (manifest.name, manifest.collection) == ("xla_cpu", "xla_cpu")
     assert len(manifest.training["data_files"]) == 3
     assert all("/xla_cpu/train/" in f for f in manifest.training["data_files"])
     assert {"kendall_tau", *TILE_KEYS} <= set(manifest.metrics["mean"])
-    bad = CliRunner().invoke(app(), ["train", "--collection", "gpu", "--data", "x",
-                                     "--out", str(out)])  # fmt: skip
+    bad = CliRunner().invoke(
+        app(), ["train", "--collection", "gpu", "--data", "x", "--out", str(out)]
+    )
     assert bad.exit_code == 2 and "xla_cpu" in bad.output

@@ -44,8 +44,10 @@ def app() -> typer.Typer:
 def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     """Planted-signal tile files: train, valid and a test split used for nothing else."""
     root = tmp_path_factory.mktemp("planted")
-    return {split: write_tree(root, "tile", split, n, seed=seed, **SIZES)
-            for split, n, seed in (("train", 6, 0), ("valid", 2, 1), ("test", 4, 2))}  # fmt: skip
+    return {
+        split: write_tree(root, "tile", split, n, seed=seed, **SIZES)
+        for split, n, seed in (("train", 6, 0), ("valid", 2, 1), ("test", 4, 2))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +94,24 @@ def test_zero_epochs_reproduce_the_init_artifact(
     if weights == "onnx":  # as served: manifest + ONNX only
         (init / CHECKPOINT).unlink()
     out = tmp_path / "ft" / "tiny" / "2"
-    result = CliRunner().invoke(app(), [
-        "train", "--collection", "tile", "--data", str(planted["train"][0].parent),
-        "--valid", str(planted["valid"][0].parent), "--out", str(out),
-        "--init", str(init), "--epochs", "0",
-    ])  # fmt: skip
+    result = CliRunner().invoke(
+        app(),
+        [
+            "train",
+            "--collection",
+            "tile",
+            "--data",
+            str(planted["train"][0].parent),
+            "--valid",
+            str(planted["valid"][0].parent),
+            "--out",
+            str(out),
+            "--init",
+            str(init),
+            "--epochs",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.output
     for have, want in zip(
         outputs(out, planted["test"]), outputs(init, planted["test"]), strict=True

@@ -16,8 +16,10 @@ from xla_costmodel.tpugraphs.reader import file_graph, load_npz
 ARTIFACTS = Path(__file__).resolve().parents[2] / "models" / "artifacts"
 CHECKPOINTS = ARTIFACTS.parent / "checkpoints"
 REPO = ARTIFACTS.parents[1]  # the manifests' data paths are relative to it
-SAMPLE = {"tile": "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
-          "layout": "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"}  # fmt: skip
+SAMPLE = {
+    "tile": "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz",
+    "layout": "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz",
+}
 # xla_cpu's data is the project's own, committed in the repository.
 XLA_CPU_DATA = REPO / "datasets" / "xla_cpu"
 XLA_CPU_SAMPLE = XLA_CPU_DATA / "cpu-amd-25.1-avx2" / "mlp_4x2048_b32.npz"

@@ -26,10 +26,17 @@ from xla_costmodel.tpugraphs.spec import (
     XLA_CPU_KEYS,
 )
 
-DTYPES = {"node_feat": np.float32, "node_opcode": np.uint8, "edge_index": np.int64,
-          "config_feat": np.float32, "config_runtime": np.int64,
-          "config_runtime_normalizers": np.int64, "node_config_feat": np.float32,
-          "node_config_ids": np.int64, "node_splits": np.int64}  # fmt: skip
+DTYPES = {
+    "node_feat": np.float32,
+    "node_opcode": np.uint8,
+    "edge_index": np.int64,
+    "config_feat": np.float32,
+    "config_runtime": np.int64,
+    "config_runtime_normalizers": np.int64,
+    "node_config_feat": np.float32,
+    "node_config_ids": np.int64,
+    "node_splits": np.int64,
+}
 
 
 def check_format(arrays: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
@@ -46,8 +53,10 @@ def check_format(arrays: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
 
 
 def test_files_round_trip_through_the_reader_in_the_real_format(tmp_path: Path) -> None:
-    for keys, arrays in ((TILE_KEYS, make_tile_arrays(seed=1)),
-                         (LAYOUT_KEYS, make_layout_arrays(seed=1))):  # fmt: skip
+    for keys, arrays in (
+        (TILE_KEYS, make_tile_arrays(seed=1)),
+        (LAYOUT_KEYS, make_layout_arrays(seed=1)),
+    ):
         check_format(arrays, keys)
         path = write_npz(tmp_path / f"{len(keys)}.npz", arrays)
         with np.load(path) as data:
@@ -67,8 +76,9 @@ def test_xla_cpu_files_name_their_spec_and_put_the_default_first(
     tmp_path: Path,
 ) -> None:
     arrays = make_xla_cpu_arrays(seed=3)
-    check_format({k: v for k, v in arrays.items() if k != CONFIG_SPEC_KEY},
-                 XLA_CPU_KEYS[:-1])  # fmt: skip
+    check_format(
+        {k: v for k, v in arrays.items() if k != CONFIG_SPEC_KEY}, XLA_CPU_KEYS[:-1]
+    )
     assert tuple(arrays) == XLA_CPU_KEYS and str(arrays[CONFIG_SPEC_KEY]) == "xla_cpu/1"
     np.testing.assert_array_equal(arrays["config_feat"][0], xla_cpu.default_row())
     assert (arrays["config_runtime_normalizers"] == arrays["config_runtime"][0]).all()

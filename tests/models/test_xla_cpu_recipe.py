@@ -33,10 +33,19 @@ def write_program(root: Path, name: str, family: str, seed: int) -> None:
     arrays["config_runtime"] = runtime
     arrays["config_runtime_normalizers"] = np.full(CONFIGS, runtime[0], np.int64)
     write_npz(root / f"{name}.npz", arrays)
-    side = {"name": name, "family": family, "status": "ok", "noise": 0.02,
-            "round_min_ns": np.stack([runtime, runtime + 1000], 1).tolist(),
-            "machine": {"cpu_model": "AMD EPYC", "cpu_family": "26",
-                        "cpu_model_id": "2", "isa_flags": ["avx", "avx2", "avx512f"]}}  # fmt: skip
+    side = {
+        "name": name,
+        "family": family,
+        "status": "ok",
+        "noise": 0.02,
+        "round_min_ns": np.stack([runtime, runtime + 1000], 1).tolist(),
+        "machine": {
+            "cpu_model": "AMD EPYC",
+            "cpu_family": "26",
+            "cpu_model_id": "2",
+            "isa_flags": ["avx", "avx2", "avx512f"],
+        },
+    }
     (root / f"{name}.json").write_text(json.dumps(side))
 
 
@@ -75,8 +84,9 @@ def test_a_row_some_training_program_lacks_is_never_the_fixed_config(
     programs = recipe.load_programs(collection)
     b0 = next(p for p in programs if p.name == "b0")
     keep = np.arange(CONFIGS) != 5
-    trimmed = recipe.Program(b0.name, b0.family, b0.path, b0.configs[keep],
-                             b0.runtimes[keep], b0.noise, None)  # fmt: skip
+    trimmed = recipe.Program(
+        b0.name, b0.family, b0.path, b0.configs[keep], b0.runtimes[keep], b0.noise, None
+    )
     train = [trimmed, *(p for p in programs if p.family == "c")]
     row, _ = recipe.fixed_row(train)
     assert not np.array_equal(row, xla_cpu.sample(CONFIGS, 0)[5])
@@ -139,8 +149,12 @@ def test_a_dataset_of_targets_adds_target_folds(
         side = json.loads(side_path.read_text())
         if side.get("status") != "ok":
             continue
-        side["machine"] = {**side["machine"], "cpu_family": "25", "cpu_model_id": "1",
-                           "isa_flags": ["sse4_2", "avx", "avx2", "fma"]}  # fmt: skip
+        side["machine"] = {
+            **side["machine"],
+            "cpu_family": "25",
+            "cpu_model_id": "1",
+            "isa_flags": ["sse4_2", "avx", "avx2", "fma"],
+        }
         side_path.write_text(json.dumps(side))
     programs = recipe.load_programs(data)
     assert recipe.targets_of(programs) == ["cpu-amd-25.1-avx2", "cpu-amd-26.2-avx512"]

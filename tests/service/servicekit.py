@@ -139,8 +139,11 @@ class ServiceProcess:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [*self.argv, "--port", str(self.port)],
-                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -48,8 +48,13 @@ async def feed(
     runtimes: np.ndarray,
     **extra: str,
 ) -> None:
-    body = {"model": "layout", "graph_id": gid, "configs": configs.tolist(),
-            "runtimes_ns": [int(x) for x in runtimes], **extra}  # fmt: skip
+    body = {
+        "model": "layout",
+        "graph_id": gid,
+        "configs": configs.tolist(),
+        "runtimes_ns": [int(x) for x in runtimes],
+        **extra,
+    }
     r = await client.post("/v1/feedback", json=body)
     assert r.status_code == 200, r.text
 
@@ -98,8 +103,12 @@ async def test_feedback_reshapes_the_ranking_of_the_other_configs(
     metrics = (await client.get("/metrics")).text
     assert metric(metrics, "costmodel_rankings_total", model="layout", adapted="true")
     assert metric(metrics, "costmodel_rankings_total", model="layout", adapted="false")
-    assert metric(metrics, "costmodel_adaptation_fit_duration_seconds_count",
-                  model="layout") == 1  # fmt: skip
+    assert (
+        metric(
+            metrics, "costmodel_adaptation_fit_duration_seconds_count", model="layout"
+        )
+        == 1
+    )
 
 
 async def test_adaptation_waits_for_enough_measurements_and_keeps_targets_apart(
@@ -117,8 +126,9 @@ async def test_adaptation_waits_for_enough_measurements_and_keeps_targets_apart(
     await feed(client, gid, unet.configs[fed[4:5]], unet.runtimes[fed[4:5]])
     assert (await rank_npz(client, gid, probe)).json()["adapted"] == 5
     # Another target's measurements never shape tpu-v3 rankings, and vice versa.
-    await feed(client, gid, unet.configs[fed[5:]], unet.runtimes[fed[5:]],
-               target="cpu-avx512")  # fmt: skip
+    await feed(
+        client, gid, unet.configs[fed[5:]], unet.runtimes[fed[5:]], target="cpu-avx512"
+    )
     assert (await rank_npz(client, gid, probe)).json()["adapted"] == 5
     other = await rank_npz(client, gid, probe, "&target=cpu-avx512")
     assert other.json()["adapted"] == distinct(unet.configs[fed[5:]])
@@ -150,8 +160,11 @@ async def test_json_bodies_take_adapt_and_target(
     gid = await upload(client, "layout", unet)
     fed, rest = split(unet, seed=3)
     await feed(client, gid, unet.configs[fed], unet.runtimes[fed])
-    body = {"model": "layout", "graph_id": gid,
-            "configs": unet.configs[rest[:5]].tolist()}  # fmt: skip
+    body = {
+        "model": "layout",
+        "graph_id": gid,
+        "configs": unet.configs[rest[:5]].tolist(),
+    }
     adapted = (await client.post("/v1/rank", json=body)).json()
     alone = (await client.post("/v1/rank", json={**body, "adapt": False})).json()
     query = (await client.post("/v1/rank?adapt=false", json=body)).json()
@@ -173,9 +186,12 @@ async def test_ranking_goes_on_without_the_database(
     client = await make_client(data_dir=blocked)
     r = await client.post(
         "/v1/rank",
-        json={"model": "layout", "graph": graph_json(unet),
-              "configs": unet.configs[:3].tolist()},
-    )  # fmt: skip
+        json={
+            "model": "layout",
+            "graph": graph_json(unet),
+            "configs": unet.configs[:3].tolist(),
+        },
+    )
     assert r.status_code == 200 and r.json()["adapted"] == 0, r.text
     metrics = (await client.get("/metrics")).text
     assert metric(metrics, "costmodel_store_errors_total", op="adapt") >= 1

@@ -104,26 +104,38 @@ async def test_a_stored_measurement_round_trips(
     configs = sample.configs[:6]
     scores = await rank(fb, model, gid, configs, adapt=False)
     runtimes = [int(r) for r in np.arange(6) * 7 + 100]
-    body = {"model": model, "graph_id": gid, "configs": configs.tolist(),
-            "runtimes_ns": runtimes}  # fmt: skip
+    body = {
+        "model": model,
+        "graph_id": gid,
+        "configs": configs.tolist(),
+        "runtimes_ns": runtimes,
+    }
     r = await fb.post("/v1/feedback", json=body, headers={"x-request-id": "fb-1"})
     assert r.status_code == 200, r.text
     answer = r.json()
     want = measure(scores, runtimes)
     assert answer == {
-        "stored": 6, "model": model, "model_version": "1", "graph_id": gid,
-        "target": "tpu-v3", "kendall_tau": pytest.approx(want.kendall_tau),
+        "stored": 6,
+        "model": model,
+        "model_version": "1",
+        "graph_id": gid,
+        "target": "tpu-v3",
+        "kendall_tau": pytest.approx(want.kendall_tau),
         "top1_slowdown": pytest.approx(want.top1_slowdown),
-    }  # fmt: skip
+    }
     stored = rows(db_url)
     assert len(stored) == 6
     for i, row in enumerate(stored):
         assert (row["model"], row["model_version"], row["collection"]) == (
-            model, "1", model,
-        )  # fmt: skip
+            model,
+            "1",
+            model,
+        )
         assert (row["target"], row["graph_id"], row["source"]) == (
-            "tpu-v3", gid, "feedback",
-        )  # fmt: skip
+            "tpu-v3",
+            gid,
+            "feedback",
+        )
         assert row["request_id"] == "fb-1" and row["runtime_ns"] == runtimes[i]
         assert np.array_equal(row["config"], configs[i])
         assert row["config"].dtype.kind == "i"  # integral features kept compact
@@ -167,15 +179,25 @@ async def test_gauges_follow_the_models_own_order(
     runtimes[order] = np.arange(1, 9) * 1000  # the model's order exactly
     answers = []
     for measured in (runtimes, 9000 - runtimes, [5] * 8):
-        body = {"model": "tile", "graph_id": gid, "configs": configs.tolist(),
-                "runtimes_ns": [int(x) for x in measured]}  # fmt: skip
+        body = {
+            "model": "tile",
+            "graph_id": gid,
+            "configs": configs.tolist(),
+            "runtimes_ns": [int(x) for x in measured],
+        }
         r = await fb.post("/v1/feedback", json=body)
         assert r.status_code == 200, r.text
         text = (await fb.get("/metrics")).text
         labels = {"model": "tile", "version": "1"}
-        answers.append((r.json()["kendall_tau"], r.json()["top1_slowdown"],
-                        metric(text, TAU, **labels), metric(text, SLOWDOWN, **labels),
-                        metric(text, STORED, model="tile")))  # fmt: skip
+        answers.append(
+            (
+                r.json()["kendall_tau"],
+                r.json()["top1_slowdown"],
+                metric(text, TAU, **labels),
+                metric(text, SLOWDOWN, **labels),
+                metric(text, STORED, model="tile"),
+            )
+        )
     assert answers[0] == (1.0, 0.0, 1.0, 0.0, 8)
     assert answers[1] == (
         -1.0,
@@ -192,8 +214,12 @@ async def test_config_indices_name_the_ranking_they_index(
 ) -> None:
     fb = await make_client()
     gid = await upload(fb, "tile", kernel)
-    body = {"model": "tile", "graph_id": gid, "config_indices": [3, 0, 3],
-            "runtimes_ns": [30, 10, 31]}  # fmt: skip
+    body = {
+        "model": "tile",
+        "graph_id": gid,
+        "config_indices": [3, 0, 3],
+        "runtimes_ns": [30, 10, 31],
+    }
     r = await fb.post("/v1/feedback", json=body)  # which answer do they index?
     assert (r.status_code, r.json()["error"]["field"]) == (422, "ranking_id")
     r = await fb.post("/v1/feedback", json={**body, "ranking_id": "0" * 32})
@@ -231,8 +257,12 @@ Build = Callable[[str, str], dict[str, Any]]  # (tile graph id, layout graph id)
 
 def body(gid: str | None, **change: Any) -> dict[str, Any]:
     """A JSON feedback body (NaN allowed, as some clients send it); None drops a key."""
-    base = {"model": "tile", "graph_id": gid, "configs": [[1] * 24] * 2,
-            "runtimes_ns": [10, 20]}  # fmt: skip
+    base = {
+        "model": "tile",
+        "graph_id": gid,
+        "configs": [[1] * 24] * 2,
+        "runtimes_ns": [10, 20],
+    }
     fields = {k: v for k, v in {**base, **change}.items() if v is not None}
     return {"content": json.dumps(fields), "headers": JSON}
 
@@ -241,66 +271,200 @@ JSON = {"content-type": "application/json"}
 RID = "ab" * 16  # replaced by the id of the tile ranking test_bad_inputs makes
 # (name, status, code, field, request builder)
 CASES: list[tuple[str, int, str, str | None, Build]] = [
-    ("tile width", 422, "invalid_request", "configs",
-     lambda t, u: body(t, configs=[[1] * 23] * 2)),
-    ("layout width", 422, "invalid_request", "configs",
-     lambda t, u: body(u, model="layout", configs=[[[1] * 17] * 38] * 2)),
-    ("ragged", 422, "invalid_request", "configs",
-     lambda t, u: body(t, configs=[[1] * 24, [1]])),
-    ("NaN", 422, "invalid_request", "configs",
-     lambda t, u: body(t, configs=[[float("nan")] * 24] * 2)),
-    ("zero runtime", 422, "invalid_request", "runtimes_ns[1]",
-     lambda t, u: body(t, runtimes_ns=[5, 0])),
-    ("negative runtime", 422, "invalid_request", "runtimes_ns[0]",
-     lambda t, u: body(t, runtimes_ns=[-5, 1])),
-    ("huge runtime", 422, "invalid_request", "runtimes_ns[0]",
-     lambda t, u: body(t, runtimes_ns=[2**63, 1])),
-    ("float runtime", 422, "invalid_request", "runtimes_ns",
-     lambda t, u: body(t, runtimes_ns=[1.5, 2])),
-    ("no runtimes", 422, "invalid_request", "runtimes_ns",
-     lambda t, u: body(t, runtimes_ns=[])),
-    ("length mismatch", 422, "invalid_request", "runtimes_ns",
-     lambda t, u: body(t, runtimes_ns=[1])),
-    ("both", 422, "invalid_request", "configs",
-     lambda t, u: body(t, config_indices=[0, 1], ranking_id=RID)),
-    ("indices without ranking_id", 422, "invalid_request", "ranking_id",
-     lambda t, u: body(t, configs=None, config_indices=[0, 1])),
-    ("ranking_id without indices", 422, "invalid_request", "ranking_id",
-     lambda t, u: body(t, ranking_id=RID)),
-    ("bad ranking_id", 422, "invalid_request", "ranking_id",
-     lambda t, u: body(t, configs=None, config_indices=[0, 1], ranking_id="x")),
+    (
+        "tile width",
+        422,
+        "invalid_request",
+        "configs",
+        lambda t, u: body(t, configs=[[1] * 23] * 2),
+    ),
+    (
+        "layout width",
+        422,
+        "invalid_request",
+        "configs",
+        lambda t, u: body(u, model="layout", configs=[[[1] * 17] * 38] * 2),
+    ),
+    (
+        "ragged",
+        422,
+        "invalid_request",
+        "configs",
+        lambda t, u: body(t, configs=[[1] * 24, [1]]),
+    ),
+    (
+        "NaN",
+        422,
+        "invalid_request",
+        "configs",
+        lambda t, u: body(t, configs=[[float("nan")] * 24] * 2),
+    ),
+    (
+        "zero runtime",
+        422,
+        "invalid_request",
+        "runtimes_ns[1]",
+        lambda t, u: body(t, runtimes_ns=[5, 0]),
+    ),
+    (
+        "negative runtime",
+        422,
+        "invalid_request",
+        "runtimes_ns[0]",
+        lambda t, u: body(t, runtimes_ns=[-5, 1]),
+    ),
+    (
+        "huge runtime",
+        422,
+        "invalid_request",
+        "runtimes_ns[0]",
+        lambda t, u: body(t, runtimes_ns=[2**63, 1]),
+    ),
+    (
+        "float runtime",
+        422,
+        "invalid_request",
+        "runtimes_ns",
+        lambda t, u: body(t, runtimes_ns=[1.5, 2]),
+    ),
+    (
+        "no runtimes",
+        422,
+        "invalid_request",
+        "runtimes_ns",
+        lambda t, u: body(t, runtimes_ns=[]),
+    ),
+    (
+        "length mismatch",
+        422,
+        "invalid_request",
+        "runtimes_ns",
+        lambda t, u: body(t, runtimes_ns=[1]),
+    ),
+    (
+        "both",
+        422,
+        "invalid_request",
+        "configs",
+        lambda t, u: body(t, config_indices=[0, 1], ranking_id=RID),
+    ),
+    (
+        "indices without ranking_id",
+        422,
+        "invalid_request",
+        "ranking_id",
+        lambda t, u: body(t, configs=None, config_indices=[0, 1]),
+    ),
+    (
+        "ranking_id without indices",
+        422,
+        "invalid_request",
+        "ranking_id",
+        lambda t, u: body(t, ranking_id=RID),
+    ),
+    (
+        "bad ranking_id",
+        422,
+        "invalid_request",
+        "ranking_id",
+        lambda t, u: body(t, configs=None, config_indices=[0, 1], ranking_id="x"),
+    ),
     ("neither", 422, "invalid_request", "configs", lambda t, u: body(t, configs=None)),
-    ("negative index", 422, "invalid_request", "config_indices[0]",
-     lambda t, u: body(t, configs=None, config_indices=[-1, 0], ranking_id=RID)),
-    ("index too big", 422, "invalid_request", "config_indices[1]",
-     lambda t, u: body(t, configs=None, config_indices=[0, 2], ranking_id=RID)),
-    ("bool index", 422, "invalid_request", "config_indices",
-     lambda t, u: body(t, configs=None, config_indices=[True, 0], ranking_id=RID)),
+    (
+        "negative index",
+        422,
+        "invalid_request",
+        "config_indices[0]",
+        lambda t, u: body(t, configs=None, config_indices=[-1, 0], ranking_id=RID),
+    ),
+    (
+        "index too big",
+        422,
+        "invalid_request",
+        "config_indices[1]",
+        lambda t, u: body(t, configs=None, config_indices=[0, 2], ranking_id=RID),
+    ),
+    (
+        "bool index",
+        422,
+        "invalid_request",
+        "config_indices",
+        lambda t, u: body(t, configs=None, config_indices=[True, 0], ranking_id=RID),
+    ),
     ("extra key", 422, "invalid_request", "top_k", lambda t, u: body(t, top_k=1)),
     ("bad graph_id", 422, "invalid_request", "graph_id", lambda t, u: body("abc")),
     ("unknown graph", 404, "graph_not_found", "graph_id", lambda t, u: body("0" * 64)),
-    ("id and graph", 422, "invalid_request", "graph_id",
-     lambda t, u: body(t, graph={"node_feat": [[0.0] * 140], "node_opcode": [1],
-                                 "edge_index": []})),
-    ("bad inline graph", 422, "invalid_request", "graph.node_opcode",
-     lambda t, u: body(None, graph={"node_feat": [[0.0] * 140], "node_opcode": [999],
-                                    "edge_index": []})),
-    ("bad target", 422, "invalid_request", "target",
-     lambda t, u: body(t, target="cpu x")),
-    ("bad idempotency key", 422, "invalid_request", "Idempotency-Key",
-     lambda t, u: {**body(t), "headers": {**JSON, "Idempotency-Key": "a b"}}),
-    ("unknown model", 404, "model_not_found", "model",
-     lambda t, u: body(t, model="nope")),
-    ("version not loaded", 409, "model_version_not_loaded", "model_version",
-     lambda t, u: body(t, model_version="99")),
-    ("never ranked", 409, "ranking_not_found", "ranking_id",
-     lambda t, u: body(u, model="layout", configs=None, config_indices=[0, 1],
-                       ranking_id=RID)),
-    ("malformed", 400, "malformed_body", "body",
-     lambda t, u: {"content": b"{", "headers": JSON}),
-    ("npz", 415, "unsupported_media_type", "content-type",
-     lambda t, u: {"content": b"PK", "headers": NPZ}),
-]  # fmt: skip
+    (
+        "id and graph",
+        422,
+        "invalid_request",
+        "graph_id",
+        lambda t, u: body(
+            t, graph={"node_feat": [[0.0] * 140], "node_opcode": [1], "edge_index": []}
+        ),
+    ),
+    (
+        "bad inline graph",
+        422,
+        "invalid_request",
+        "graph.node_opcode",
+        lambda t, u: body(
+            None,
+            graph={"node_feat": [[0.0] * 140], "node_opcode": [999], "edge_index": []},
+        ),
+    ),
+    (
+        "bad target",
+        422,
+        "invalid_request",
+        "target",
+        lambda t, u: body(t, target="cpu x"),
+    ),
+    (
+        "bad idempotency key",
+        422,
+        "invalid_request",
+        "Idempotency-Key",
+        lambda t, u: {**body(t), "headers": {**JSON, "Idempotency-Key": "a b"}},
+    ),
+    (
+        "unknown model",
+        404,
+        "model_not_found",
+        "model",
+        lambda t, u: body(t, model="nope"),
+    ),
+    (
+        "version not loaded",
+        409,
+        "model_version_not_loaded",
+        "model_version",
+        lambda t, u: body(t, model_version="99"),
+    ),
+    (
+        "never ranked",
+        409,
+        "ranking_not_found",
+        "ranking_id",
+        lambda t, u: body(
+            u, model="layout", configs=None, config_indices=[0, 1], ranking_id=RID
+        ),
+    ),
+    (
+        "malformed",
+        400,
+        "malformed_body",
+        "body",
+        lambda t, u: {"content": b"{", "headers": JSON},
+    ),
+    (
+        "npz",
+        415,
+        "unsupported_media_type",
+        "content-type",
+        lambda t, u: {"content": b"PK", "headers": NPZ},
+    ),
+]
 
 
 async def test_bad_inputs(
@@ -345,15 +509,18 @@ async def test_a_resend_with_the_same_idempotency_key_is_stored_once(
     other = body(gid, configs=kernel.configs[:2].tolist(), runtimes_ns=[10, 21])
     r = await fb.post("/v1/feedback", content=other["content"], headers=keyed)
     assert r.status_code == 422 and r.json()["error"] == {
-        "code": "idempotency_key_reused", "field": "Idempotency-Key",
+        "code": "idempotency_key_reused",
+        "field": "Idempotency-Key",
         "message": r.json()["error"]["message"],
-    }  # fmt: skip
+    }
     # Concurrent resends (a client retrying over a slow link) are stored once too.
     raced = {**payload["headers"], "Idempotency-Key": "race"}
     answers = await asyncio.gather(
-        *(fb.post("/v1/feedback", content=payload["content"], headers=raced)
-          for _ in range(6))
-    )  # fmt: skip
+        *(
+            fb.post("/v1/feedback", content=payload["content"], headers=raced)
+            for _ in range(6)
+        )
+    )
     assert {r.status_code for r in answers} == {200}
     assert len(rows(db_url)) == 4
     # Without a key, every request is a new measurement.
@@ -386,8 +553,12 @@ async def test_a_replica_that_never_saw_the_graph_takes_its_feedback(
     first = await make_client()
     gid = await upload(first, "tile", kernel)
     second = await make_client()
-    payload = {"model": "tile", "graph_id": gid, "runtimes_ns": [5, 6],
-               "configs": kernel.configs[:2].tolist()}  # fmt: skip
+    payload = {
+        "model": "tile",
+        "graph_id": gid,
+        "runtimes_ns": [5, 6],
+        "configs": kernel.configs[:2].tolist(),
+    }
     r = await second.post("/v1/feedback", json=payload)
     assert r.status_code == 200, r.text
     assert len(rows(db_url)) == 2
@@ -405,8 +576,12 @@ async def test_database_down_is_503_then_the_resend_is_stored(
     gid = await upload(fb, "tile", kernel)  # ranks fine without the database
     scores = await rank(fb, "tile", gid, kernel.configs[:4])
     assert scores.shape == (4,)
-    payload = {"model": "tile", "graph_id": gid, "runtimes_ns": [10, 20],
-               "configs": kernel.configs[:2].tolist()}  # fmt: skip
+    payload = {
+        "model": "tile",
+        "graph_id": gid,
+        "runtimes_ns": [10, 20],
+        "configs": kernel.configs[:2].tolist(),
+    }
     r = await fb.post("/v1/feedback", json=payload)
     assert r.status_code == 503, r.text
     assert r.json()["error"]["code"] == "feedback_unavailable"
@@ -433,10 +608,17 @@ async def test_concurrent_feedback_is_all_stored(
     gid = await upload(fb, "tile", kernel)
     configs = kernel.configs[:300].tolist()
     posts = [
-        fb.post("/v1/feedback", json={"model": "tile", "graph_id": gid,
-                                      "configs": configs, "runtimes_ns": [i + 1] * 300})
+        fb.post(
+            "/v1/feedback",
+            json={
+                "model": "tile",
+                "graph_id": gid,
+                "configs": configs,
+                "runtimes_ns": [i + 1] * 300,
+            },
+        )
         for i in range(12)
-    ]  # fmt: skip
+    ]
     answers = await asyncio.gather(*posts)
     assert {r.status_code for r in answers} == {200}
     stored = rows(db_url)
@@ -468,8 +650,13 @@ async def test_config_indices_after_a_compact_layout_batch(
     )
     assert r.status_code == 200, r.text
     scores = np.asarray(r.json()["scores"])
-    body = {"model": "layout", "graph_id": gid, "config_indices": [4, 19],
-            "ranking_id": r.json()["ranking_id"], "runtimes_ns": [200, 100]}  # fmt: skip
+    body = {
+        "model": "layout",
+        "graph_id": gid,
+        "config_indices": [4, 19],
+        "ranking_id": r.json()["ranking_id"],
+        "runtimes_ns": [200, 100],
+    }
     r = await fb.post("/v1/feedback", json=body)
     assert r.status_code == 200, r.text
     stored = rows(db_url)
@@ -503,9 +690,12 @@ async def test_replicas_on_postgresql_share_feedback_and_survive_its_restart(
     gid = await upload(first, "layout", unet)
     order = np.random.default_rng(0).permutation(unet.num_configs)
     fed, probe = order[:40], unet.configs[order[40:60]].tolist()
-    payload = {"model": "layout", "graph_id": gid,
-               "configs": unet.configs[fed[:20]].tolist(),
-               "runtimes_ns": unet.runtimes[fed[:20]].tolist()}  # fmt: skip
+    payload = {
+        "model": "layout",
+        "graph_id": gid,
+        "configs": unet.configs[fed[:20]].tolist(),
+        "runtimes_ns": unet.runtimes[fed[:20]].tolist(),
+    }
     r = await second.post("/v1/feedback", json=payload)  # never saw the graph
     assert r.status_code == 200, r.text
     ask = {"model": "layout", "graph_id": gid, "configs": probe}
@@ -513,8 +703,11 @@ async def test_replicas_on_postgresql_share_feedback_and_survive_its_restart(
     assert r.status_code == 200 and r.json()["adapted"] > 0, r.text
     postgres_server.stop()
     try:
-        more = {**payload, "configs": unet.configs[fed[20:]].tolist(),
-                "runtimes_ns": unet.runtimes[fed[20:]].tolist()}  # fmt: skip
+        more = {
+            **payload,
+            "configs": unet.configs[fed[20:]].tolist(),
+            "runtimes_ns": unet.runtimes[fed[20:]].tolist(),
+        }
         keyed = {"Idempotency-Key": "pg-outage-1"}
         r = await first.post("/v1/feedback", json=more, headers=keyed)
         assert r.status_code == 503 and r.headers["retry-after"] == "5", r.text
@@ -545,8 +738,12 @@ async def test_a_graph_missing_from_the_database_is_stored_again_on_upload(
     with engine.begin() as conn:
         conn.execute(sa.delete(graphs))
     engine.dispose()
-    payload = {"model": "tile", "graph_id": gid, "runtimes_ns": [3, 4],
-               "configs": kernel.configs[:2].tolist()}  # fmt: skip
+    payload = {
+        "model": "tile",
+        "graph_id": gid,
+        "runtimes_ns": [3, 4],
+        "configs": kernel.configs[:2].tolist(),
+    }
     r = await fb.post("/v1/feedback", json=payload)
     assert r.status_code == 404 and r.json()["error"]["code"] == "graph_not_found"
     await upload(fb, "tile", kernel)
@@ -567,8 +764,13 @@ async def test_an_npz_answer_names_its_ranking_in_a_header(
         headers={**NPZ, "Accept": "application/x-npz"},
     )
     assert r.status_code == 200 and len(r.headers["x-ranking-id"]) == 32
-    body = {"model": "tile", "graph_id": gid, "config_indices": [7],
-            "ranking_id": r.headers["x-ranking-id"], "runtimes_ns": [5]}  # fmt: skip
+    body = {
+        "model": "tile",
+        "graph_id": gid,
+        "config_indices": [7],
+        "ranking_id": r.headers["x-ranking-id"],
+        "runtimes_ns": [5],
+    }
     r = await fb.post("/v1/feedback", json=body)
     assert r.status_code == 200, r.text
     assert np.array_equal(rows(db_url)[-1]["config"], kernel.configs[7])

@@ -26,8 +26,13 @@ async def tuned(
 ) -> None:
     """Feedback as ``costmodel tune`` sends it: row 0 is XLA's default config."""
     rows = xla_cpu.sample(len(runtimes), seed=seed).tolist()
-    body = {"model": "xla_cpu", "graph": program(seed), "configs": rows,
-            "runtimes_ns": runtimes, "target": target}  # fmt: skip
+    body = {
+        "model": "xla_cpu",
+        "graph": program(seed),
+        "configs": rows,
+        "runtimes_ns": runtimes,
+        "target": target,
+    }
     answer = await client.post("/v1/feedback", json=body)
     assert answer.status_code == 200, answer.text
 
@@ -81,10 +86,15 @@ async def test_targets_and_metrics_follow_the_stored_measurements(
 def test_targets_past_the_cap_are_merged_into_other() -> None:
     rows = [
         GraphSummary("m", "xla_cpu", target, f"g{i}", n, best, default)
-        for i, (target, n, best, default) in enumerate([
-            ("a", 10, 80, 100), ("b", 5, 50, 100), ("c", 3, 90, None), ("d", 1, 1, 1),
-        ])
-    ]  # fmt: skip
+        for i, (target, n, best, default) in enumerate(
+            [
+                ("a", 10, 80, 100),
+                ("b", 5, 50, 100),
+                ("c", 3, 90, None),
+                ("d", 1, 1, 1),
+            ]
+        )
+    ]
     snapshot = FleetSnapshot(None, tuple(summarise(rows)))
     capped = {t.target: t for t in snapshot.capped(1)}
     assert set(capped) == {"a", OTHER}
@@ -93,8 +103,10 @@ def test_targets_past_the_cap_are_merged_into_other() -> None:
     assert other.ratios == (0.5, 1.0) and other.gain == pytest.approx(math.sqrt(2))
     assert len(snapshot.capped(10)) == 4
     # A client's own target "other" never makes a second series of that name.
-    named_other = FleetSnapshot(None, tuple(summarise([*rows, GraphSummary(
-        "m", "xla_cpu", OTHER, "g9", 2, 9, 10)])))  # fmt: skip
+    named_other = FleetSnapshot(
+        None,
+        tuple(summarise([*rows, GraphSummary("m", "xla_cpu", OTHER, "g9", 2, 9, 10)])),
+    )
     assert [t.target for t in named_other.capped(1)] == ["a", OTHER]
     assert named_other.capped(1)[1].programs == 4
     assert [t.target for t in named_other.capped(10)] == ["a", "b", "c", "d", OTHER]

@@ -70,8 +70,10 @@ async def test_the_bytes_scored_per_request_are_capped(
     )
     error = r.json()["error"]
     assert (r.status_code, error["code"], error["field"]) == (
-        413, "payload_too_large", "configs",
-    )  # fmt: skip
+        413,
+        "payload_too_large",
+        "configs",
+    )
 
 
 async def test_an_embedding_of_the_wrong_shape_in_redis_is_a_counted_miss(
@@ -126,10 +128,15 @@ async def test_a_database_failure_is_named_without_the_database_url(
     url = f"postgresql://writer:hunter2-secret@127.0.0.1:{free_port()}/costmodel"
     client = await make_client(database_url=url)
     caplog.set_level(logging.DEBUG)
-    r = await client.post("/v1/feedback", json={
-        "model": "tile", "graph": graph_json(kernel),
-        "configs": kernel.configs[:2].tolist(), "runtimes_ns": [5, 6],
-    })  # fmt: skip
+    r = await client.post(
+        "/v1/feedback",
+        json={
+            "model": "tile",
+            "graph": graph_json(kernel),
+            "configs": kernel.configs[:2].tolist(),
+            "runtimes_ns": [5, 6],
+        },
+    )
     error = r.json()["error"]
     assert (r.status_code, error["code"]) == (503, "feedback_unavailable")
     assert "database is unavailable" in error["message"]

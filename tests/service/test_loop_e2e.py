@@ -27,8 +27,11 @@ KERNELS = [
 def costmodel(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from xla_costmodel.cli import main; main()", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -53,8 +56,7 @@ def test_feedback_export_finetune_reload(
             distinct.append(len({c.tobytes() for c in sample.configs[picks]}))
 
     exported = tmp_path / "exported"
-    out = costmodel("dataset", "export", "--out", str(exported),
-                    "--database-url", db)  # fmt: skip
+    out = costmodel("dataset", "export", "--out", str(exported), "--database-url", db)
     assert out.returncode == 0, out.stdout + out.stderr
     files = sorted((exported / "tile" / "tpu-v3").glob("*.npz"))
     assert len(files) == len(KERNELS)
@@ -62,14 +64,26 @@ def test_feedback_export_finetune_reload(
     assert sorted(load_npz(f).num_configs for f in files) == sorted(distinct)
 
     version = model_dir / "tile" / "2"
-    out = costmodel("train", "--collection", "tile", "--data", str(files[0].parent),
-                    "--init", str(model_dir / "tile" / "1"), "--out", str(version),
-                    "--epochs", "2")  # fmt: skip
+    out = costmodel(
+        "train",
+        "--collection",
+        "tile",
+        "--data",
+        str(files[0].parent),
+        "--init",
+        str(model_dir / "tile" / "1"),
+        "--out",
+        str(version),
+        "--epochs",
+        "2",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     manifest = json.loads((version / "manifest.json").read_text())
     assert (manifest["name"], manifest["version"], manifest["target"]) == (
-        "tile", "2", "tpu-v3",
-    )  # fmt: skip
+        "tile",
+        "2",
+        "tpu-v3",
+    )
     assert manifest["training"]["init"]["version"] == "1"
 
     r = httpx.post(

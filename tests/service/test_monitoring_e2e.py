@@ -36,8 +36,16 @@ def serve(tmp_path: Path, model_dir: Path) -> Iterator[ServiceProcess]:
         "COSTMODEL_FLEET_REFRESH_S": "0.5",
     }
     costmodel = str(Path(sys.executable).with_name("costmodel"))
-    argv = [costmodel, "serve", "--workers", "2", "--model-dir", str(model_dir),
-            "--models", "xla_cpu"]  # fmt: skip
+    argv = [
+        costmodel,
+        "serve",
+        "--workers",
+        "2",
+        "--model-dir",
+        str(model_dir),
+        "--models",
+        "xla_cpu",
+    ]
     server = ServiceProcess(free_port(), env, tmp_path / "service.log", argv)
     server.start()
     yield server
@@ -61,8 +69,12 @@ def rank_and_measure(
     runtimes = [10_000, 11_000, 12_000, 10_000 * (ratio or 1)]
     if ratio is None:
         rows, runtimes = rows[1:], runtimes[1:]
-    feedback = {**body, "configs": rows.tolist(), "target": target,
-                "runtimes_ns": [int(r) for r in runtimes]}  # fmt: skip
+    feedback = {
+        **body,
+        "configs": rows.tolist(),
+        "target": target,
+        "runtimes_ns": [int(r) for r in runtimes],
+    }
     answer = client.post("/v1/feedback", json=feedback)
     assert answer.status_code == 200, answer.text
 

@@ -47,5 +47,7 @@ def test_the_name_extraction_finds_selectors_only() -> None:
         " / on (model) group_left () costmodel:fleet_gain:max or up == 0"
     )
     assert metric_names(expr) == {
-        "costmodel_requests_total", "costmodel:fleet_gain:max", "up",
-    }  # fmt: skip
+        "costmodel_requests_total",
+        "costmodel:fleet_gain:max",
+        "up",
+    }

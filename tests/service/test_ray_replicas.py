@@ -160,9 +160,12 @@ def test_feedback_through_one_replica_adapts_rankings_in_the_other(
     replicas = {a["name"].rsplit("#", 1)[1] for a in cluster.replica_actors()}
     for tag in replicas:  # each answers once before the feedback: the prior alone
         assert cluster.until(rank, lambda t, tag=tag: t == tag).json()["adapted"] == 0
-    body = {"model": "tile", "graph_id": gid,
-            "configs": kernel.configs[fed].tolist(),
-            "runtimes_ns": [int(x) for x in kernel.runtimes[fed]]}  # fmt: skip
+    body = {
+        "model": "tile",
+        "graph_id": gid,
+        "configs": kernel.configs[fed].tolist(),
+        "runtimes_ns": [int(x) for x in kernel.runtimes[fed]],
+    }
     stored = cluster.post("/v1/feedback", body)
     assert stored.json()["stored"] == len(fed)
     other = cluster.until(rank, lambda t: t != stored.headers["x-replica"])
@@ -201,9 +204,11 @@ def test_killing_a_replica_under_load_loses_no_feedback_and_fails_no_request(
                     result = client.rank("tile", kernel.graph, kernel.configs[rows])
                     best = rows[list(result.top_k[:2])]
                     fed = client.feedback(
-                        "tile", kernel.graph, kernel.runtimes[best],
+                        "tile",
+                        kernel.graph,
+                        kernel.runtimes[best],
                         configs=kernel.configs[best],
-                    )  # fmt: skip
+                    )
                     acknowledged[worker] += fed.stored
                     requests[worker] += 2
                     after_kill[worker] += 2 if killed.is_set() else 0
@@ -219,8 +224,10 @@ def test_killing_a_replica_under_load_loses_no_feedback_and_fails_no_request(
     try:
         wait_for(lambda: sum(requests) >= 40 or bool(errors))
         victim = cluster.replica_actors()[0]
-        ray.kill(ray.get_actor(victim["name"], namespace=victim["namespace"]),
-                 no_restart=True)  # fmt: skip
+        ray.kill(
+            ray.get_actor(victim["name"], namespace=victim["namespace"]),
+            no_restart=True,
+        )
         killed.set()
         wait_for(lambda: sum(after_kill) >= 40 or bool(errors))
     finally:

@@ -101,9 +101,11 @@ def live_schema(service_process: ServiceProcess) -> tuple[Any, Repair]:
     """The live schema, with a hook that aims part of the traffic at a known graph
     (returned too: the schema's own examples are generated without hooks)."""
     up = httpx.put(
-        f"{service_process.url}/v1/graphs", params={"model": "tile"},
-        json=TINY_GRAPH, timeout=30,
-    )  # fmt: skip
+        f"{service_process.url}/v1/graphs",
+        params={"model": "tile"},
+        json=TINY_GRAPH,
+        timeout=30,
+    )
     assert up.status_code == 200, up.text
     graph_id = up.json()["graph_id"]
     models = httpx.get(f"{service_process.url}/v1/models", timeout=30).json()
@@ -258,9 +260,12 @@ def _run(
     writer = {"Authorization": f"Bearer {token}"}
 
     @settings(
-        max_examples=examples, deadline=None, database=None,
-        suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink],
-    )  # fmt: skip
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink],
+    )
     @given(case=strategy)
     def run(case: Any) -> None:
         headers = writer if case.operation.path == "/v1/feedback" else admin

@@ -43,9 +43,12 @@ async def test_reload_swaps_in_a_good_version_and_keeps_pins(
     before = (await client.post("/v1/rank", json=rank)).json()
     r = await client.post("/v1/models/tile/reload", headers=AUTH)
     assert r.json() == {
-        "model": "tile", "previous_version": "1", "version": "1",
-        "changed": False, "loaded_versions": ["1"],
-    }  # fmt: skip
+        "model": "tile",
+        "previous_version": "1",
+        "version": "1",
+        "changed": False,
+        "loaded_versions": ["1"],
+    }
     add_version(model_dir, "tile", "2")
     r = await client.post("/v1/models/tile/reload", headers=AUTH)
     assert r.status_code == 200 and r.json()["changed"] is True

@@ -46,9 +46,12 @@ async def test_rank_equals_onnxruntime_on_real_graphs(
         g = sample.graph
         gid = graph_id(g.node_feat, g.node_opcode, g.edge_index, g.node_config_ids)
         assert put.json() == {
-            "graph_id": gid, "nodes": g.num_nodes, "edges": g.num_edges,
-            "configurable_nodes": g.num_configurable, "cached": False,
-        }  # fmt: skip
+            "graph_id": gid,
+            "nodes": g.num_nodes,
+            "edges": g.num_edges,
+            "configurable_nodes": g.num_configurable,
+            "cached": False,
+        }
         if encoding == "json":
             body = {"model": name, "graph_id": gid, "configs": sample.configs.tolist()}
             r = await client.post("/v1/rank", json=body)
@@ -56,8 +59,9 @@ async def test_rank_equals_onnxruntime_on_real_graphs(
             key = "config_feat" if name == "tile" else "node_config_feat"
             r = await client.post(
                 f"/v1/rank?model={name}&graph_id={gid}",
-                content=npz_bytes(**{key: sample.configs}), headers=NPZ,
-            )  # fmt: skip
+                content=npz_bytes(**{key: sample.configs}),
+                headers=NPZ,
+            )
         assert r.status_code == 200, r.text
         out = r.json()
         want = expected(model_dir, name, sample, sample.configs)
@@ -145,9 +149,11 @@ async def test_compact_dtypes_and_npz_answers(
 def _graph_arrays(sample: Sample) -> dict[str, Any]:
     g = sample.graph
     return {
-        "node_feat": g.node_feat, "node_opcode": g.node_opcode,
-        "edge_index": g.edge_index, "node_config_ids": g.node_config_ids,
-    }  # fmt: skip
+        "node_feat": g.node_feat,
+        "node_opcode": g.node_opcode,
+        "edge_index": g.edge_index,
+        "node_config_ids": g.node_config_ids,
+    }
 
 
 async def test_concurrent_misses_encode_once(

@@ -242,10 +242,22 @@ def test_warm_runner_matches_a_fresh_runner(model_dir: Path, unet: Any) -> None:
 def test_stable_order_is_numpys_stable_argsort(n: int) -> None:
     rng = np.random.default_rng(n)
     special = np.array(
-        [0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 3e38, -3e38, 1e-45,
-         -1e-45],
+        [
+            0.0,
+            -0.0,
+            np.nan,
+            -np.nan,
+            np.inf,
+            -np.inf,
+            1.0,
+            -1.0,
+            3e38,
+            -3e38,
+            1e-45,
+            -1e-45,
+        ],
         np.float32,
-    )  # fmt: skip
+    )
     for scores in (
         rng.normal(size=n).astype(np.float32),
         np.round(rng.normal(size=n), 1).astype(np.float32),  # many ties

@@ -22,12 +22,16 @@ def rank_npz(url: str, sample: Sample, graph_id: str | None = None) -> httpx.Res
     if graph_id is None:
         return httpx.post(
             f"{url}/v1/rank?model=layout&top_k=10",
-            content=graph_npz(sample, **configs), headers=NPZ, timeout=30,
-        )  # fmt: skip
+            content=graph_npz(sample, **configs),
+            headers=NPZ,
+            timeout=30,
+        )
     return httpx.post(
         f"{url}/v1/rank?model=layout&top_k=10&graph_id={graph_id}",
-        content=npz_bytes(**configs), headers=NPZ, timeout=30,
-    )  # fmt: skip
+        content=npz_bytes(**configs),
+        headers=NPZ,
+        timeout=30,
+    )
 
 
 def test_cache_levels_across_restarts_and_a_redis_outage(

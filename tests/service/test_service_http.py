@@ -22,8 +22,10 @@ async def test_health_models_and_openapi(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v2/health/ready")).json() == {"ready": True}
     models = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
     assert models["tile"]["config_input"] == {
-        "name": "config_feat", "dtype": "float32", "shape": ["num_configs", 24],
-    }  # fmt: skip
+        "name": "config_feat",
+        "dtype": "float32",
+        "shape": ["num_configs", 24],
+    }
     assert (
         models["layout"]["collection"] == "layout"
         and models["layout"]["version"] == "1"
@@ -124,8 +126,10 @@ async def test_invented_model_names_make_no_new_metric_series(
     """Routes label requests before the name is checked; a client must not be able
     to grow the label set (and the /metrics page) by inventing names."""
     for i in range(3):
-        await client.post("/v1/rank", json={"model": f"bogus{i}", "graph_id": "0" * 64,
-                                            "configs": [[0.0] * 24]})  # fmt: skip
+        await client.post(
+            "/v1/rank",
+            json={"model": f"bogus{i}", "graph_id": "0" * 64, "configs": [[0.0] * 24]},
+        )
         await client.put(f"/v1/graphs?model=junk{i}", json=graph_json(kernel))
     text = (await client.get("/metrics")).text
     assert "bogus" not in text and "junk" not in text

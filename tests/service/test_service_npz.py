@@ -79,8 +79,9 @@ def test_object_arrays_and_size_limits() -> None:
 
 async def test_a_lying_header_is_a_400_not_a_500(client: httpx.AsyncClient) -> None:
     body = zipped(config_feat=npy_member((10**13,)))
-    r = await client.post(f"/v1/rank?model=tile&graph_id={'0' * 64}", content=body,
-                          headers=NPZ)  # fmt: skip
+    r = await client.post(
+        f"/v1/rank?model=tile&graph_id={'0' * 64}", content=body, headers=NPZ
+    )
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "malformed_body"
 
@@ -128,8 +129,11 @@ async def test_json_configs_reach_the_loop_as_an_array(
     monkeypatch.setattr(xla_costmodel.service.core.ranker, "check_configs", spy)
     configs = np.zeros((20_000, 24)).tolist()  # ~1 MB of JSON
     g = kernel.graph
-    graph = {"node_feat": g.node_feat.tolist(), "node_opcode": g.node_opcode.tolist(),
-             "edge_index": g.edge_index.tolist()}  # fmt: skip
+    graph = {
+        "node_feat": g.node_feat.tolist(),
+        "node_opcode": g.node_opcode.tolist(),
+        "edge_index": g.edge_index.tolist(),
+    }
     r = await client.post(
         "/v1/rank", json={"model": "tile", "graph": graph, "configs": configs}
     )
@@ -166,7 +170,8 @@ async def test_accept_is_parsed_on_the_route(
         ("Application/X-NPZ", "application/x-npz"),
         ("application/json, application/x-npz;q=0", "application/json"),
     ]:
-        r = await client.post("/v1/rank?model=tile", content=body,
-                              headers={**NPZ, "accept": accept})  # fmt: skip
+        r = await client.post(
+            "/v1/rank?model=tile", content=body, headers={**NPZ, "accept": accept}
+        )
         assert r.status_code == 200, r.text
         assert r.headers["content-type"] == want, accept

@@ -59,8 +59,11 @@ def test_invalid_settings_are_refused(bad: dict[str, Any]) -> None:
 
 
 def test_database_urls_are_secrets_and_postgres_is_accepted() -> None:
-    for url in ("postgres://u:pw@db/x", "postgresql+psycopg://u:pw@db/x",
-                "sqlite:///data/x.db"):  # fmt: skip
+    for url in (
+        "postgres://u:pw@db/x",
+        "postgresql+psycopg://u:pw@db/x",
+        "sqlite:///data/x.db",
+    ):
         s = Settings(database_url=url)
         assert s.database_url is not None and s.database_url.get_secret_value() == url
         assert "pw@" not in repr(s) and "pw@" not in str(s.model_dump())
@@ -69,13 +72,17 @@ def test_database_urls_are_secrets_and_postgres_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("host", "mode", "required"),
     [
-        ("127.0.0.1", "auto", False), ("localhost", "auto", False),
-        ("::1", "auto", False), ("127.0.0.2", "auto", False),
-        ("0.0.0.0", "auto", True), ("10.0.0.5", "auto", True),
-        ("costmodel.internal", "auto", True), ("127.0.0.1", "token", True),
+        ("127.0.0.1", "auto", False),
+        ("localhost", "auto", False),
+        ("::1", "auto", False),
+        ("127.0.0.2", "auto", False),
+        ("0.0.0.0", "auto", True),
+        ("10.0.0.5", "auto", True),
+        ("costmodel.internal", "auto", True),
+        ("127.0.0.1", "token", True),
         ("0.0.0.0", "off", False),
     ],
-)  # fmt: skip
+)
 def test_auto_requires_tokens_unless_the_server_listens_on_loopback_only(
     host: str, mode: str, required: bool
 ) -> None:

@@ -37,8 +37,16 @@ def seedless(model_dir: Path) -> Path:
 def graphs() -> list[dict[str, Any]]:
     """Real xla_cpu graphs (the zoo's MLP and CNN programs); the last one is never
     measured."""
-    names = ["mlp_2x2048_b16", "mlp_3x1024_b256", "mlp_4x2048_b32", "mlp_train_3x1024_b64",
-             "cnn_small_32_b32", "cnn_wide_32_b16", "cnn_train_32_b8", "mlp_train_4x1024_b16"]  # fmt: skip
+    names = [
+        "mlp_2x2048_b16",
+        "mlp_3x1024_b256",
+        "mlp_4x2048_b32",
+        "mlp_train_3x1024_b64",
+        "cnn_small_32_b32",
+        "cnn_wide_32_b16",
+        "cnn_train_32_b8",
+        "mlp_train_4x1024_b16",
+    ]
     return [graph_json(load_npz(DATA / f"{n}.npz", "xla_cpu")) for n in names]
 
 
@@ -54,18 +62,31 @@ async def feed_target(
 ) -> None:
     for i, graph in enumerate(seen):
         rows = xla_cpu.sample(MEASURED, seed=100 + i)  # row 0: the default
-        body = {"model": "xla_cpu", "graph": graph, "configs": rows.tolist(),
-                "runtimes_ns": planted(target, rows, i), "target": target}  # fmt: skip
+        body = {
+            "model": "xla_cpu",
+            "graph": graph,
+            "configs": rows.tolist(),
+            "runtimes_ns": planted(target, rows, i),
+            "target": target,
+        }
         r = await client.post("/v1/feedback", json=body)
         assert r.status_code == 200, r.text
 
 
 async def rank(
-    client: httpx.AsyncClient, graph: dict[str, Any], rows: np.ndarray, target: str,
+    client: httpx.AsyncClient,
+    graph: dict[str, Any],
+    rows: np.ndarray,
+    target: str,
     **extra: Any,
-) -> dict[str, Any]:  # fmt: skip
-    body = {"model": "xla_cpu", "graph": graph, "configs": rows.tolist(),
-            "target": target, **extra}  # fmt: skip
+) -> dict[str, Any]:
+    body = {
+        "model": "xla_cpu",
+        "graph": graph,
+        "configs": rows.tolist(),
+        "target": target,
+        **extra,
+    }
     r = await client.post("/v1/rank", json=body)
     assert r.status_code == 200, r.text
     return dict(r.json())

@@ -49,8 +49,16 @@ def workers(
         "COSTMODEL_ADMIN_TOKEN": ADMIN,
     }
     costmodel = str(Path(sys.executable).with_name("costmodel"))
-    argv = [costmodel, "serve", "--workers", "2", "--model-dir", str(model_dir),
-            "--redis-url", redis_url]  # fmt: skip
+    argv = [
+        costmodel,
+        "serve",
+        "--workers",
+        "2",
+        "--model-dir",
+        str(model_dir),
+        "--redis-url",
+        redis_url,
+    ]
     server = ServiceProcess(free_port(), env, tmp_path / "service.log", argv)
     server.start()
     # Ready means one worker is; the other may still be loading its models.
@@ -90,12 +98,14 @@ def last_stored(server: ServiceProcess, n: int) -> np.ndarray:
             found = [r._mapping for r in conn.execute(query)][::-1]
     finally:
         engine.dispose()
-    return np.stack([
-        np.frombuffer(r["config"], r["config_dtype"]).reshape(
-            tuple(int(x) for x in r["config_shape"].split(","))
-        )
-        for r in found
-    ])  # fmt: skip
+    return np.stack(
+        [
+            np.frombuffer(r["config"], r["config_dtype"]).reshape(
+                tuple(int(x) for x in r["config_shape"].split(","))
+            )
+            for r in found
+        ]
+    )
 
 
 def parent_of(pid: int) -> int:
@@ -152,8 +162,12 @@ def test_two_workers_share_metrics_feedback_and_rankings_then_clean_up(
     assert total(workers, RANKINGS, model="tile", adapted="true") == 0
 
     # Feedback through one worker adapts the rankings answered by both.
-    fed = {"model": "tile", "graph_id": gid, "configs": kernel.configs[:8].tolist(),
-           "runtimes_ns": [int(x) for x in kernel.runtimes[:8]]}  # fmt: skip
+    fed = {
+        "model": "tile",
+        "graph_id": gid,
+        "configs": kernel.configs[:8].tolist(),
+        "runtimes_ns": [int(x) for x in kernel.runtimes[:8]],
+    }
     r = post(workers, "/v1/feedback", fed)
     assert r.status_code == 200 and r.json()["stored"] == 8, r.text
     got_it = [pid for pid, n in per_worker(workers, STORED).items() if n == 8]
@@ -174,9 +188,13 @@ def test_two_workers_share_metrics_feedback_and_rankings_then_clean_up(
     assert ranked.status_code == 200, ranked.text
     ranker = [p for p, n in per_worker(workers, RANKINGS).items() if n > before[p]]
     assert len(ranker) == 1
-    by_index = {"model": "tile", "graph_id": gid, "config_indices": [3, 0],
-                "ranking_id": ranked.json()["ranking_id"],
-                "runtimes_ns": [30, 10]}  # fmt: skip
+    by_index = {
+        "model": "tile",
+        "graph_id": gid,
+        "config_indices": [3, 0],
+        "ranking_id": ranked.json()["ranking_id"],
+        "runtimes_ns": [30, 10],
+    }
     start = per_worker(workers, STORED)
     other = (pids - set(ranker)).pop()
     for _ in range(BATCH * ROUNDS):
@@ -198,11 +216,20 @@ def test_two_workers_share_metrics_feedback_and_rankings_then_clean_up(
 def test_options_travel_to_the_workers_as_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    overrides = {"port": 9000, "model_dir": tmp_path, "models": ["tile"],
-                 "redis_url": None, "workers": 3}  # fmt: skip
+    overrides = {
+        "port": 9000,
+        "model_dir": tmp_path,
+        "models": ["tile"],
+        "redis_url": None,
+        "workers": 3,
+    }
     env = settings_env(overrides)
-    assert env == {"COSTMODEL_PORT": "9000", "COSTMODEL_MODEL_DIR": str(tmp_path),
-                   "COSTMODEL_MODELS": "tile", "COSTMODEL_WORKERS": "3"}  # fmt: skip
+    assert env == {
+        "COSTMODEL_PORT": "9000",
+        "COSTMODEL_MODEL_DIR": str(tmp_path),
+        "COSTMODEL_MODELS": "tile",
+        "COSTMODEL_WORKERS": "3",
+    }
     monkeypatch.setenv("COSTMODEL_PORT", "1")
     monkeypatch.delenv("COSTMODEL_WORKERS", raising=False)
     with patched_environ(env):

@@ -73,8 +73,13 @@ def served(
         drop = pg.create_database()
         database = pg.url(drop)
     tokens = {}
-    for name, targets in (("honest", ["tpu-v3"]), ("flood", []), ("elsewhere", ["cpu"]),
-                          ("gone", []), ("second", [])):  # fmt: skip
+    for name, targets in (
+        ("honest", ["tpu-v3"]),
+        ("flood", []),
+        ("elsewhere", ["cpu"]),
+        ("gone", []),
+        ("second", []),
+    ):
         argv = ["tokens", "create", name, "--database-url", database]
         for target in targets:
             argv += ["--target", target]
@@ -126,8 +131,11 @@ def stored(database: str) -> list[dict[str, Any]]:
 
 def upload(client: httpx.Client, sample: Sample) -> str:
     g = sample.graph
-    body = {"node_feat": g.node_feat.tolist(), "node_opcode": g.node_opcode.tolist(),
-            "edge_index": g.edge_index.tolist()}  # fmt: skip
+    body = {
+        "node_feat": g.node_feat.tolist(),
+        "node_opcode": g.node_opcode.tolist(),
+        "edge_index": g.edge_index.tolist(),
+    }
     r = client.put("/v1/graphs", params={"model": "tile"}, json=body)
     assert r.status_code == 200, r.text
     return str(r.json()["graph_id"])
@@ -149,8 +157,13 @@ def feedback(
     headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> httpx.Response:
-    body = {"model": "tile", "graph_id": gid, "configs": configs.tolist(),
-            "runtimes_ns": [int(x) for x in runtimes], **extra}  # fmt: skip
+    body = {
+        "model": "tile",
+        "graph_id": gid,
+        "configs": configs.tolist(),
+        "runtimes_ns": [int(x) for x in runtimes],
+        **extra,
+    }
     return client.post("/v1/feedback", json=body, headers=headers)
 
 
@@ -163,9 +176,16 @@ def test_the_auth_matrix(served: Served, kernel: Sample) -> None:
         assert r.headers["www-authenticate"] == "Bearer"
         for token in ("cmw_unknown", served.tokens["gone"]):
             headers = {"Authorization": f"Bearer {token}"}
-            r = anonymous.post("/v1/feedback", headers=headers, json={
-                "model": "tile", "graph_id": gid, "configs": configs.tolist(),
-                "runtimes_ns": [int(x) for x in runtimes]})  # fmt: skip
+            r = anonymous.post(
+                "/v1/feedback",
+                headers=headers,
+                json={
+                    "model": "tile",
+                    "graph_id": gid,
+                    "configs": configs.tolist(),
+                    "runtimes_ns": [int(x) for x in runtimes],
+                },
+            )
             assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
     with served.client("elsewhere") as elsewhere:
         r = feedback(elsewhere, gid, configs, runtimes)  # the model's target: tpu-v3
@@ -205,8 +225,13 @@ def test_two_tuners_ranking_one_graph_each_store_their_own_batch(
             start.wait()
             answer = rank(client, gid, batches[name])
             start.wait()  # both have ranked the graph before either reports
-            body = {"model": "tile", "graph_id": gid, "config_indices": [0, 1, 2],
-                    "ranking_id": answer["ranking_id"], "runtimes_ns": [7, 8, 9]}  # fmt: skip
+            body = {
+                "model": "tile",
+                "graph_id": gid,
+                "config_indices": [0, 1, 2],
+                "ranking_id": answer["ranking_id"],
+                "runtimes_ns": [7, 8, 9],
+            }
             r = client.post("/v1/feedback", json=body, headers={"X-Request-ID": name})
             if r.status_code != 200:
                 failures.append(r.text)
@@ -232,8 +257,9 @@ def test_one_writers_flood_moves_no_other_graph_and_cannot_silence_the_others(
     r = feedback(honest, flooded, kernel.configs[picks], kernel.runtimes[picks])
     assert r.status_code == 200, r.text
     elsewhere = np.arange(8) * 2
-    r = feedback(honest, other, other_kernel.configs[elsewhere],
-                 other_kernel.runtimes[elsewhere])  # fmt: skip
+    r = feedback(
+        honest, other, other_kernel.configs[elsewhere], other_kernel.runtimes[elsewhere]
+    )
     assert r.status_code == 200, r.text
     before = rank(honest, other, other_kernel.configs)
     assert before["adapted"] == 8
@@ -249,8 +275,12 @@ def test_one_writers_flood_moves_no_other_graph_and_cannot_silence_the_others(
     assert (after["scores"], after["ranking"]) == (before["scores"], before["ranking"])
     shared = rank(honest, flooded, kernel.configs)
     # Past the quota: 429 with Retry-After; the honest writer is not throttled.
-    r = feedback(flood, flooded, kernel.configs[rows[:QUOTA - 4000 + 1]],
-                 lies[: QUOTA - 4000 + 1])  # fmt: skip
+    r = feedback(
+        flood,
+        flooded,
+        kernel.configs[rows[: QUOTA - 4000 + 1]],
+        lies[: QUOTA - 4000 + 1],
+    )
     assert (r.status_code, r.json()["error"]["code"]) == (429, "quota_exceeded")
     assert int(r.headers["retry-after"]) >= 1
     assert (
@@ -259,8 +289,9 @@ def test_one_writers_flood_moves_no_other_graph_and_cannot_silence_the_others(
     )
 
     mine = [x for x in stored(served.database) if x["writer"] == "honest"]
-    deleted = costmodel("measurements", "purge", "--writer", "honest",
-                        "--database-url", served.database)  # fmt: skip
+    deleted = costmodel(
+        "measurements", "purge", "--writer", "honest", "--database-url", served.database
+    )
     assert int(deleted.splitlines()[-1]) == len(mine) >= 12 + 8 + 1
     assert {x["writer"] for x in stored(served.database)} >= {"flood"}
     assert "honest" not in {x["writer"] for x in stored(served.database)}
@@ -269,8 +300,10 @@ def test_one_writers_flood_moves_no_other_graph_and_cannot_silence_the_others(
     # and every replica forgets them on its next request) it is the flood's alone.
     assert shared["scores"] != flood_only["scores"]
     best = int(picks[np.argmin(kernel.runtimes[picks])])
-    position = {k: v["ranking"].index(best) for k, v in
-                (("shared", shared), ("flood", flood_only))}  # fmt: skip
+    position = {
+        k: v["ranking"].index(best)
+        for k, v in (("shared", shared), ("flood", flood_only))
+    }
     assert position["shared"] < position["flood"], position
     honest.close()
     flood.close()
@@ -281,21 +314,41 @@ def test_export_by_writer(served: Served, kernel: Sample, tmp_path: Path) -> Non
         gid = upload(client, kernel)
         r = feedback(client, gid, kernel.configs[:5], kernel.runtimes[:5], target="v-x")
         assert r.status_code == 200, r.text
-    costmodel("dataset", "export", "--out", str(tmp_path), "--writer", "second",
-              "--target", "v-x", "--database-url", served.database)  # fmt: skip
+    costmodel(
+        "dataset",
+        "export",
+        "--out",
+        str(tmp_path),
+        "--writer",
+        "second",
+        "--target",
+        "v-x",
+        "--database-url",
+        served.database,
+    )
     (written,) = (tmp_path / "tile" / "v-x").iterdir()
     with np.load(written, allow_pickle=False) as data:
         assert data["config_feat"].shape == (5, 24)
-    costmodel("dataset", "export", "--out", str(tmp_path / "none"), "--writer", "nobody",
-              "--database-url", served.database)  # fmt: skip
+    costmodel(
+        "dataset",
+        "export",
+        "--out",
+        str(tmp_path / "none"),
+        "--writer",
+        "nobody",
+        "--database-url",
+        served.database,
+    )
     assert not (tmp_path / "none").exists()
 
 
 def slow_upload(port: int) -> socket.socket:
     """A rank request whose body never finishes."""
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"POST /v1/rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-              b"\r\nContent-Length: 1000\r\n\r\n{\"model\"")  # fmt: skip
+    s.sendall(
+        b"POST /v1/rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        b'\r\nContent-Length: 1000\r\n\r\n{"model"'
+    )
     return s
 
 
@@ -349,9 +402,13 @@ def test_auto_stays_open_on_loopback(
         r = client.post(
             "/v1/feedback",
             headers={"Authorization": "Bearer cmw_nobody"},
-            json={"model": "tile", "graph_id": gid, "runtimes_ns": [1],
-                  "configs": kernel.configs[:1].tolist()},
-        )  # fmt: skip
+            json={
+                "model": "tile",
+                "graph_id": gid,
+                "runtimes_ns": [1],
+                "configs": kernel.configs[:1].tolist(),
+            },
+        )
         assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
 
 
@@ -375,12 +432,18 @@ def test_secrets_stay_out_of_answers_and_logs(
         with httpx.Client(base_url=process.url, timeout=60) as client:
             gid = upload(client, kernel)  # ranking goes on without the database
             answers = [
-                feedback(client, gid, kernel.configs[:1], [5],
-                         headers={"Authorization": "Bearer cmw_x"}),
-                client.post("/v1/models/tile/reload",
-                            headers={"Authorization": "Bearer wrong"}),
+                feedback(
+                    client,
+                    gid,
+                    kernel.configs[:1],
+                    [5],
+                    headers={"Authorization": "Bearer cmw_x"},
+                ),
+                client.post(
+                    "/v1/models/tile/reload", headers={"Authorization": "Bearer wrong"}
+                ),
                 client.get("/metrics"),
-            ]  # fmt: skip
+            ]
             assert answers[0].status_code == 503, answers[0].text
             assert answers[0].json()["error"]["code"] == "feedback_unavailable"
             assert answers[1].status_code == 403
@@ -390,6 +453,8 @@ def test_secrets_stay_out_of_answers_and_logs(
     assert "database unavailable" in log  # the operator hears about it ...
     for text in [log, *(a.text for a in answers)]:
         assert password not in text and admin not in text  # ... never its secrets
-    refused = cli.invoke(build_app(), ["tokens", "list", "--database-url",
-                                       f"mysql://writer:{password}@db/x"])  # fmt: skip
+    refused = cli.invoke(
+        build_app(),
+        ["tokens", "list", "--database-url", f"mysql://writer:{password}@db/x"],
+    )
     assert refused.exit_code == 2 and password not in refused.output

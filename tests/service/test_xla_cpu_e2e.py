@@ -116,10 +116,11 @@ async def test_served_beside_the_shipped_models(
     # Feedback on 6 distinct configs, then the ranking adapts to them.
     fed = list(range(6))
     body: dict[str, Any] = {
-        "model": MODEL, "graph_id": gid,
+        "model": MODEL,
+        "graph_id": gid,
         "configs": sample.configs[fed].tolist(),
         "runtimes_ns": [int(r) for r in sample.runtimes[fed]],
-    }  # fmt: skip
+    }
     stored = await client.post("/v1/feedback", json=body)
     assert stored.status_code == 200, stored.text
     assert stored.json()["stored"] == 6 and stored.json()["kendall_tau"] is not None
@@ -134,8 +135,13 @@ def test_replay_plays_xla_cpu_files(
 ) -> None:
     models = tmp_path / "models"
     shutil.copytree(artifact, models / MODEL / "1")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COSTMODEL_MODELS": MODEL,
-           "COSTMODEL_MODEL_DIR": str(models), "COSTMODEL_DATA_DIR": str(tmp_path / "data")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COSTMODEL_MODELS": MODEL,
+        "COSTMODEL_MODEL_DIR": str(models),
+        "COSTMODEL_DATA_DIR": str(tmp_path / "data"),
+    }
     server = ServiceProcess(free_port(), env, tmp_path / "service.log")
     server.start()
     try:

@@ -43,8 +43,15 @@ def import_file(store: MeasurementStore, arrays: dict[str, Any], **kw: Any) -> s
     configs = arrays["node_config_feat" if layout else "config_feat"]
     if layout:
         configs = configs.astype(np.int8)  # what the service stores for layout
-    store.add_measurements(batch(graph_id, configs, source="import",
-                                 runtimes_ns=arrays["config_runtime"], **kw))  # fmt: skip
+    store.add_measurements(
+        batch(
+            graph_id,
+            configs,
+            source="import",
+            runtimes_ns=arrays["config_runtime"],
+            **kw,
+        )
+    )
     return graph_id
 
 
@@ -65,8 +72,12 @@ def database(tmp_path: Path) -> tuple[str, dict[str, Any]]:
     layout_id = import_file(store, layout)
     import_file(store, layout, target="tpu-v4")
     store.close()
-    return url, {"tiles": tiles, "tile_ids": ids, "layout": layout,
-                 "layout_id": layout_id}  # fmt: skip
+    return url, {
+        "tiles": tiles,
+        "tile_ids": ids,
+        "layout": layout,
+        "layout_id": layout_id,
+    }
 
 
 def test_export_writes_files_the_reader_and_trainer_accept(
@@ -108,8 +119,9 @@ def test_export_writes_files_the_reader_and_trainer_accept(
 
     tiles = sorted((out / "tile").rglob("*.npz"))
     model = ModelConfig("tile", hidden=16, layers=2, embed=16, scorer_hidden=8)
-    cfg = TrainConfig("tile", epochs=1, model=model, batch_configs=16,
-                      max_steps_per_graph=2)  # fmt: skip
+    cfg = TrainConfig(
+        "tile", epochs=1, model=model, batch_configs=16, max_steps_per_graph=2
+    )
     trained = fit(tiles[:2], tiles[2:], cfg, tmp_path / "run")
     assert trained.summary["epochs_run"] == 1
 
@@ -122,10 +134,15 @@ def test_xla_cpu_measurements_export_as_xla_cpu_files(tmp_path: Path) -> None:
     graph = {k: arrays[k] for k in GRAPH_KEYS if k in arrays}
     graph_id = gid(graph)
     store.save_graph(graph_id, "xla_cpu", graph)
-    store.add_measurements(batch(
-        graph_id, arrays["config_feat"].astype(np.int8), model="xla_cpu-m",
-        collection="xla_cpu", runtimes_ns=arrays["config_runtime"],
-    ))  # fmt: skip
+    store.add_measurements(
+        batch(
+            graph_id,
+            arrays["config_feat"].astype(np.int8),
+            model="xla_cpu-m",
+            collection="xla_cpu",
+            runtimes_ns=arrays["config_runtime"],
+        )
+    )
     store.close()
     out = tmp_path / "dataset"
     result = run_export("--out", str(out), "--database-url", url)

@@ -116,9 +116,12 @@ def test_keys_filter_by_collection_and_target(store: MeasurementStore) -> None:
     store.add_measurements(batch(layout, layout_configs(2), target="tpu-v4"))
     store.add_measurements(batch(tile, np.ones((3, 24), np.float32)))
     assert store.keys() == sorted(
-        [("layout", "tpu-v3", layout), ("layout", "tpu-v4", layout),
-         ("tile", "tpu-v3", tile)]
-    )  # fmt: skip
+        [
+            ("layout", "tpu-v3", layout),
+            ("layout", "tpu-v4", layout),
+            ("tile", "tpu-v3", tile),
+        ]
+    )
     assert store.keys(collection="tile") == [("tile", "tpu-v3", tile)]
     assert store.keys(target="tpu-v4") == [("layout", "tpu-v4", layout)]
     assert store.keys("layout", "tpu-v3") == [("layout", "tpu-v3", layout)]
@@ -130,8 +133,13 @@ def test_a_resend_is_stored_once_and_replays_the_response(
 ) -> None:
     graph = saved_layout(store)
     response: dict[str, Any] = {"stored": 8, "quality": {"top1": 0.25}}
-    sent = batch(graph, layout_configs(8), idempotency_key="tuner-1/42",
-                 request_hash="a" * 64, response=response)  # fmt: skip
+    sent = batch(
+        graph,
+        layout_configs(8),
+        idempotency_key="tuner-1/42",
+        request_hash="a" * 64,
+        response=response,
+    )
     assert store.add_measurements(sent).stored == 8
     again = store.add_measurements(sent)
     assert (again.stored, again.duplicate, again.response) == (0, True, response)
@@ -150,8 +158,13 @@ def test_a_key_reused_for_another_request_conflicts(store: MeasurementStore) -> 
 
 def test_concurrent_resends_are_stored_once(store: MeasurementStore) -> None:
     graph = saved_layout(store)
-    sent = batch(graph, layout_configs(16), idempotency_key="race",
-                 request_hash="c" * 64, response={"ok": True})  # fmt: skip
+    sent = batch(
+        graph,
+        layout_configs(16),
+        idempotency_key="race",
+        request_hash="c" * 64,
+        response={"ok": True},
+    )
     start = threading.Barrier(8)
 
     def send(_: int) -> tuple[int, bool]:
@@ -173,8 +186,12 @@ def test_concurrent_writers_all_land(store: MeasurementStore) -> None:
         start.wait()
         total = 0
         for j in range(5):
-            sent = batch(graph, layout_configs(8, seed=i), idempotency_key=f"{i}/{j}",
-                         request_hash="h")  # fmt: skip
+            sent = batch(
+                graph,
+                layout_configs(8, seed=i),
+                idempotency_key=f"{i}/{j}",
+                request_hash="h",
+            )
             total += store.add_measurements(sent).stored
         return total
 

@@ -30,8 +30,12 @@ def test_sqlite_commits_durably(tmp_path: Path) -> None:
             name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
             for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
         }
-    assert pragma == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1,
-                      "busy_timeout": 10_000}  # fmt: skip
+    assert pragma == {
+        "journal_mode": "wal",
+        "synchronous": 2,
+        "foreign_keys": 1,
+        "busy_timeout": 10_000,
+    }
     store.close()
 
 

@@ -67,5 +67,7 @@ def test_default_encodings_cover_exact_dtypes_only() -> None:
 def test_only_xla_cpu_declares_a_fixed_default_row() -> None:
     declared = {n: c.default_config for n, c in COLLECTIONS.items()}
     assert declared == {
-        "tile": None, "layout": None, "xla_cpu": tuple(xla_cpu.default_row()),
-    }  # fmt: skip
+        "tile": None,
+        "layout": None,
+        "xla_cpu": tuple(xla_cpu.default_row()),
+    }

@@ -112,8 +112,15 @@ def test_a_quota_bounds_each_writer_in_its_window(store: MeasurementStore) -> No
     store.add_measurements(batch(graph, tile_configs(2), writer="a", quota=quota))
     store.add_measurements(batch(graph, tile_configs(9), writer="b", quota=quota))
     # A resend of a stored request is answered, not counted again.
-    keyed = batch(graph, tile_configs(1), writer="b", quota=quota,
-                  idempotency_key="k1", request_hash="h", response={"stored": 1})  # fmt: skip
+    keyed = batch(
+        graph,
+        tile_configs(1),
+        writer="b",
+        quota=quota,
+        idempotency_key="k1",
+        request_hash="h",
+        response={"stored": 1},
+    )
     assert store.add_measurements(keyed).stored == 1
     assert store.add_measurements(keyed).duplicate
     assert len(store.measurements("tile", "tpu-v3", graph)) == 20
@@ -155,10 +162,16 @@ def test_the_migration_keeps_earlier_rows_without_a_writer(store_url: str) -> No
         command.upgrade(alembic_config(conn), "0001")
     arrays = tile_graph()
     with engine.begin() as conn:
-        conn.execute(graphs.insert(), {
-            "graph_id": gid(arrays), "collection": "tile", "arrays": b"x",
-            "num_nodes": 12, "first_seen": datetime.now(UTC),
-        })  # fmt: skip
+        conn.execute(
+            graphs.insert(),
+            {
+                "graph_id": gid(arrays),
+                "collection": "tile",
+                "arrays": b"x",
+                "num_nodes": 12,
+                "first_seen": datetime.now(UTC),
+            },
+        )
         conn.execute(
             sa.text(
                 "INSERT INTO measurements (time, model, model_version, collection, "
@@ -166,9 +179,12 @@ def test_the_migration_keeps_earlier_rows_without_a_writer(store_url: str) -> No
                 "source) VALUES (:t, 'tile', '1', 'tile', 'tpu-v3', :g, :c, '|i1', "
                 "'24', 5, 'feedback')"
             ),
-            {"t": datetime.now(UTC).replace(tzinfo=None), "g": gid(arrays),
-             "c": bytes(24)},
-        )  # fmt: skip
+            {
+                "t": datetime.now(UTC).replace(tzinfo=None),
+                "g": gid(arrays),
+                "c": bytes(24),
+            },
+        )
     engine.dispose()
     store = MeasurementStore.open(store_url)  # migrates to head
     try:

@@ -101,18 +101,25 @@ def test_declared_properties() -> None:
     assert xla_cpu.WIDTH not in (TILE_CONFIG_DIM, LAYOUT_CONFIG_DIM)
     assert TILE.metrics.keys == TILE_KEYS and LAYOUT.metrics.keys == LAYOUT_KEYS
     assert XLA_CPU.metrics.keys == (
-        "kendall_tau", "top1_slowdown", "top5_slowdown", "top10_slowdown",
-    )  # fmt: skip
+        "kendall_tau",
+        "top1_slowdown",
+        "top5_slowdown",
+        "top10_slowdown",
+    )
     assert (TILE.config_spec, LAYOUT.config_spec, XLA_CPU.config_spec) == (
-        None, None, "xla_cpu/1",
-    )  # fmt: skip
+        None,
+        None,
+        "xla_cpu/1",
+    )
     assert XLA_CPU.file_keys == XLA_CPU_KEYS
     assert XLA_CPU.required_keys[-1] == CONFIG_SPEC_KEY
     assert [c.raw is not None for c in COLLECTIONS.values()] == [True, False, True]
     assert config_keys() == ("config_feat", "node_config_feat")
     assert [c.config_shape(3) for c in COLLECTIONS.values()] == [
-        (24,), (3, 18), (xla_cpu.WIDTH,),
-    ]  # fmt: skip
+        (24,),
+        (3, 18),
+        (xla_cpu.WIDTH,),
+    ]
 
 
 def test_shapes_name_their_collection() -> None:
@@ -137,9 +144,16 @@ def test_metrics_and_baselines_follow_the_declaration() -> None:
 
 
 def test_selection_scores() -> None:
-    slow = {"kendall_tau": 0.9, "top1_slowdown": 0.5, "top5_slowdown": 0.1, "top10_slowdown": 0.0}  # fmt: skip
+    slow = {
+        "kendall_tau": 0.9,
+        "top1_slowdown": 0.5,
+        "top5_slowdown": 0.1,
+        "top10_slowdown": 0.0,
+    }
     assert XLA_CPU.selection_score(slow) == pytest.approx(-0.2)
-    assert TILE.selection_score({"top1_slowdown": 0.3, "top5_slowdown": None}) == pytest.approx(-0.3)  # fmt: skip
+    assert TILE.selection_score(
+        {"top1_slowdown": 0.3, "top5_slowdown": None}
+    ) == pytest.approx(-0.3)
     assert LAYOUT.selection_score({"kendall_tau": 0.4}) == 0.4
     assert LAYOUT.selection_score({"kendall_tau": None}) == -math.inf
 
@@ -171,13 +185,16 @@ def test_xla_cpu_file_round_trips_through_the_reader(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "key", "problem"),
     [
-        ({"config_feat": np.zeros((6, 24), np.float32)}, "config_feat",
-         f"expected shape [?,{xla_cpu.WIDTH}]"),
+        (
+            {"config_feat": np.zeros((6, 24), np.float32)},
+            "config_feat",
+            f"expected shape [?,{xla_cpu.WIDTH}]",
+        ),
         ({CONFIG_SPEC_KEY: np.array("xla_cpu/2")}, CONFIG_SPEC_KEY, "unknown spec"),
         ({CONFIG_SPEC_KEY: np.array([1.0])}, CONFIG_SPEC_KEY, "unicode scalar"),
         ({"config_runtime_normalizers": None}, "config_runtime_normalizers", "missing"),
     ],
-)  # fmt: skip
+)
 def test_bad_xla_cpu_files_name_the_key(
     tmp_path: Path, change: dict[str, Any], key: str, problem: str
 ) -> None:

@@ -62,10 +62,31 @@ def test_real_tile_configs_round_trip(path: Path) -> None:
 def test_encode_tile_layout_of_the_24_values() -> None:
     row = encode_tile([TileSizes([1, 1, 16, 1], [2, 3], [])])[0]
     assert row.tolist() == [
-        1, 1, 16, 1, 0, 0, 19, 16,
-        2, 3, 0, 0, 0, 0, 5, 6,
-        0, 0, 0, 0, 0, 0, 0, 0,  # an empty list has product 0 here
-    ]  # fmt: skip
+        1,
+        1,
+        16,
+        1,
+        0,
+        0,
+        19,
+        16,
+        2,
+        3,
+        0,
+        0,
+        0,
+        0,
+        5,
+        6,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,  # an empty list has product 0 here
+    ]
     assert decode_tile(row) == TileSizes([1, 1, 16, 1], [2, 3], [])
     assert encode_tile([]).shape == (0, 24)
 
@@ -178,27 +199,59 @@ def test_partial_layouts_pad_with_minus_one(unet_graph: HloGraph) -> None:
     ("config", "key", "fragment"),
     [
         ({"nope.1": NodeLayout()}, "configs[1].layouts.nope.1", "no instruction"),
-        ({"add.1522": NodeLayout()}, "configs[1].layouts.add.1522", "not a configurable"),
-        ({"convolution.1043": NodeLayout(output=[5])},
-         "configs[1].layouts.convolution.1043.output", "out of range"),
-        ({"convolution.1043": NodeLayout(input=[0, 1, 2, 3, 4, 0, 1])},
-         "configs[1].layouts.convolution.1043.input", "at most 6"),
-        ({"convolution.1043": NodeLayout(kernel=[1, 1])},
-         "configs[1].layouts.convolution.1043.kernel", "distinct"),
-        ({"convolution.1043": NodeLayout(output=[-1])},
-         "configs[1].layouts.convolution.1043.output", ">= 0"),
-        ({"convolution.1043": NodeLayout(output=[0.0])},  # type: ignore[list-item]
-         "configs[1].layouts.convolution.1043.output", "integers"),
-        ({"reshape.4": NodeLayout(kernel=[0])},
-         "configs[1].layouts.reshape.4.kernel", "no such tensor"),
-        ({"reshape.58": NodeLayout(output=[0])},
-         "configs[1].layouts.reshape.58.output", "rank 0"),
-        ({"convolution.1043": NodeLayout(), 660: NodeLayout()},  # 660: the same node
-         "configs[1].layouts.660", "twice"),
-        ({"convolution.1043": [4, 0]}, "configs[1].layouts.convolution.1043", "NodeLayout"),
+        (
+            {"add.1522": NodeLayout()},
+            "configs[1].layouts.add.1522",
+            "not a configurable",
+        ),
+        (
+            {"convolution.1043": NodeLayout(output=[5])},
+            "configs[1].layouts.convolution.1043.output",
+            "out of range",
+        ),
+        (
+            {"convolution.1043": NodeLayout(input=[0, 1, 2, 3, 4, 0, 1])},
+            "configs[1].layouts.convolution.1043.input",
+            "at most 6",
+        ),
+        (
+            {"convolution.1043": NodeLayout(kernel=[1, 1])},
+            "configs[1].layouts.convolution.1043.kernel",
+            "distinct",
+        ),
+        (
+            {"convolution.1043": NodeLayout(output=[-1])},
+            "configs[1].layouts.convolution.1043.output",
+            ">= 0",
+        ),
+        (
+            {"convolution.1043": NodeLayout(output=[0.0])},  # type: ignore[list-item]
+            "configs[1].layouts.convolution.1043.output",
+            "integers",
+        ),
+        (
+            {"reshape.4": NodeLayout(kernel=[0])},
+            "configs[1].layouts.reshape.4.kernel",
+            "no such tensor",
+        ),
+        (
+            {"reshape.58": NodeLayout(output=[0])},
+            "configs[1].layouts.reshape.58.output",
+            "rank 0",
+        ),
+        (
+            {"convolution.1043": NodeLayout(), 660: NodeLayout()},  # 660: the same node
+            "configs[1].layouts.660",
+            "twice",
+        ),
+        (
+            {"convolution.1043": [4, 0]},
+            "configs[1].layouts.convolution.1043",
+            "NodeLayout",
+        ),
         ({3.0: NodeLayout()}, "configs[1].layouts.3.0", "name or a node id"),
     ],
-)  # fmt: skip
+)
 def test_bad_layouts_name_the_field_path(
     unet_graph: HloGraph, config: dict[Any, Any], key: str, fragment: str
 ) -> None:

@@ -107,11 +107,23 @@ def test_jax_program_featurizes_into_a_valid_graph(hlo: Path) -> None:
 CALLERS = {
     OPCODE_IDS[name]
     for name in (
-        "call", "fusion", "reduce", "while", "conditional", "map", "reduce-window",
-        "scatter", "select-and-scatter", "sort", "all-reduce", "reduce-scatter",
-        "custom-call", "async-start", "all-reduce-start",
+        "call",
+        "fusion",
+        "reduce",
+        "while",
+        "conditional",
+        "map",
+        "reduce-window",
+        "scatter",
+        "select-and-scatter",
+        "sort",
+        "all-reduce",
+        "reduce-scatter",
+        "custom-call",
+        "async-start",
+        "all-reduce-start",
     )
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("hlo", JAX_HLO, ids=lambda p: p.name)

@@ -24,13 +24,24 @@ SOURCES = sorted((SHARED / "hlo" / "tile").glob("*.hlo.txt")) + [
 SEED = 20261122
 MUTANTS_PER_SOURCE = 40
 GARBAGE = [
-    "}", "{", ")", "ROOT", "ENTRY %e {", "HloModule again", "%x = f32[2 add(%y)",
-    '%s = f32[] constant(0), metadata={op_name="unterminated}', "/* open comment",
-    "%t = (f32[], /*index=1*/ s32[] parameter(0)", "%w = f32[2]{1,0:T(8 copy(%a)",
-    "%u = f32[] add(%nope, %nope)", "%c = f32[9999999999999999999999] parameter(0)",
-    "  %dup = f32[] parameter(0)\n  %dup = f32[] parameter(1)", "StackFrames",
-    "%q = f32[] fusion(), calls=%missing", "%r = f32[] reduce(), window={size=2x}",
-]  # fmt: skip
+    "}",
+    "{",
+    ")",
+    "ROOT",
+    "ENTRY %e {",
+    "HloModule again",
+    "%x = f32[2 add(%y)",
+    '%s = f32[] constant(0), metadata={op_name="unterminated}',
+    "/* open comment",
+    "%t = (f32[], /*index=1*/ s32[] parameter(0)",
+    "%w = f32[2]{1,0:T(8 copy(%a)",
+    "%u = f32[] add(%nope, %nope)",
+    "%c = f32[9999999999999999999999] parameter(0)",
+    "  %dup = f32[] parameter(0)\n  %dup = f32[] parameter(1)",
+    "StackFrames",
+    "%q = f32[] fusion(), calls=%missing",
+    "%r = f32[] reduce(), window={size=2x}",
+]
 INSTRUCTION = re.compile(
     r"^(\s*(?:ROOT )?%?[\w.\-]+ = )([a-z]\w*)(\[[^\]]*\][^ ]* )([\w\-]+)\(", re.M
 )

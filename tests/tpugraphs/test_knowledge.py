@@ -157,8 +157,14 @@ def test_a_writers_flood_is_one_vote_in_a_record() -> None:
     rt = np.concatenate([honest, honest * 1.01, np.full(4000, 1e9)])
     who = ["a"] * len(rows) + ["b"] * len(rows) + ["x"] * 4000
     flooded = kn.record("g", summary(0), cfg, rt, DEFAULT, writers=who)
-    once = kn.record("g", summary(0), cfg[: 2 * len(rows) + 1], rt[: 2 * len(rows) + 1],
-                     DEFAULT, writers=who[: 2 * len(rows) + 1])  # fmt: skip
+    once = kn.record(
+        "g",
+        summary(0),
+        cfg[: 2 * len(rows) + 1],
+        rt[: 2 * len(rows) + 1],
+        DEFAULT,
+        writers=who[: 2 * len(rows) + 1],
+    )
     assert flooded is not None and once is not None
     assert np.array_equal(flooded.rel, once.rel)  # 4,000 rows weigh as one
     # Two honest writers outvote the flooder on that config.

@@ -51,8 +51,9 @@ def test_kendall_tau_by_hand_and_with_ties() -> None:
     assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
     assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     # tau-b with ties: S = 2, n0 = 6, x ties 1, y ties 1 -> 2 / sqrt(5 * 5)
-    assert kendall_tau([1, 1, 2, 3], [1, 2, 2, 3]) == pytest.approx(brute_tau_b(
-        np.array([1, 1, 2, 3]), np.array([1, 2, 2, 3])))  # fmt: skip
+    assert kendall_tau([1, 1, 2, 3], [1, 2, 2, 3]) == pytest.approx(
+        brute_tau_b(np.array([1, 1, 2, 3]), np.array([1, 2, 2, 3]))
+    )
     assert math.isnan(kendall_tau([1, 2, 3], [5, 5, 5]))
     assert kendall_tau([7, 7, 7], [1, 2, 3]) == 0.0
 
@@ -88,8 +89,11 @@ def test_random_baseline_has_every_key_and_zero_tau() -> None:
 
 def test_default_baseline_is_the_normaliser_over_the_best() -> None:
     got = default_baseline_tile([0.8, 1.0, 2.0], 1.0)
-    assert got == {"top1_slowdown": pytest.approx(0.25), "top5_slowdown": pytest.approx(0.25),
-                   "top10_slowdown": pytest.approx(0.25)}  # fmt: skip
+    assert got == {
+        "top1_slowdown": pytest.approx(0.25),
+        "top5_slowdown": pytest.approx(0.25),
+        "top10_slowdown": pytest.approx(0.25),
+    }
 
 
 def test_mean_skips_undefined_values() -> None:

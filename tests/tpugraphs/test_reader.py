@@ -74,19 +74,40 @@ def _write(tmp_path: Path, arrays: dict[str, np.ndarray]) -> Path:
     ("mutate", "key", "problem"),
     [
         (lambda a: a.pop("config_feat"), "config_feat", "missing"),
-        (lambda a: a.__setitem__("node_feat", a["node_feat"][:, :139]), "node_feat", "shape"),
+        (
+            lambda a: a.__setitem__("node_feat", a["node_feat"][:, :139]),
+            "node_feat",
+            "shape",
+        ),
         (lambda a: a["node_feat"].__setitem__((0, 0), np.nan), "node_feat", "NaN"),
-        (lambda a: a["edge_index"].__setitem__((0, 0), 10_000), "edge_index", "[0, 30]"),
-        (lambda a: a.__setitem__("node_opcode", a["node_opcode"][:-1]), "node_opcode", "31"),
-        (lambda a: a.__setitem__("config_runtime", a["config_runtime"][:5]), "config_runtime",
-         "579 configs"),
-        (lambda a: a.__setitem__("config_feat", a["config_feat"][:0]), "config_feat",
-         "no configs"),
-        (lambda a: a["config_runtime_normalizers"].__setitem__(0, 0),
-         "config_runtime_normalizers", "> 0"),
+        (
+            lambda a: a["edge_index"].__setitem__((0, 0), 10_000),
+            "edge_index",
+            "[0, 30]",
+        ),
+        (
+            lambda a: a.__setitem__("node_opcode", a["node_opcode"][:-1]),
+            "node_opcode",
+            "31",
+        ),
+        (
+            lambda a: a.__setitem__("config_runtime", a["config_runtime"][:5]),
+            "config_runtime",
+            "579 configs",
+        ),
+        (
+            lambda a: a.__setitem__("config_feat", a["config_feat"][:0]),
+            "config_feat",
+            "no configs",
+        ),
+        (
+            lambda a: a["config_runtime_normalizers"].__setitem__(0, 0),
+            "config_runtime_normalizers",
+            "> 0",
+        ),
         (lambda a: a["config_runtime"].__setitem__(3, 0), "config_runtime", "all > 0"),
     ],
-)  # fmt: skip
+)
 def test_bad_files_name_file_key_and_problem(
     shared_data: Path, tmp_path: Path, mutate, key: str, problem: str
 ) -> None:

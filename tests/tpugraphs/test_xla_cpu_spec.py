@@ -21,9 +21,12 @@ def test_the_default_row_is_xlas_default_and_emits_no_options() -> None:
     np.testing.assert_array_equal(xla_cpu.from_options({}), row)
     on = {c for c, v in zip(xla_cpu.COLUMNS, row, strict=True) if v}
     assert on == {
-        "ynn_reduce", "ynn_individual_dot", "ynn_individual_convolution",
-        "scheduler_default", "use_fusion_emitters",
-    }  # fmt: skip
+        "ynn_reduce",
+        "ynn_individual_dot",
+        "ynn_individual_convolution",
+        "scheduler_default",
+        "use_fusion_emitters",
+    }
 
 
 def test_every_sampled_row_round_trips_through_options() -> None:

@@ -26,10 +26,17 @@ _SLICE_DIM = re.compile(rf"\s*\[\s*({_INT})\s*:\s*({_INT})\s*(?::\s*({_INT})\s*)
 
 # Attributes naming the computations an instruction calls (edges to their roots).
 CALLED_KEYS = (
-    "calls", "to_apply", "body", "condition", "select", "scatter",
-    "true_computation", "false_computation", "branch_computations",
+    "calls",
+    "to_apply",
+    "body",
+    "condition",
+    "select",
+    "scatter",
+    "true_computation",
+    "false_computation",
+    "branch_computations",
     "called_computations",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True)

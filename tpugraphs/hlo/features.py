@@ -15,9 +15,26 @@ from xla_costmodel.tpugraphs.hlo.ir import HloInstruction
 from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM
 
 ELEMENT_TYPES = (
-    "invalid", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",
-    "f16", "f32", "f64", "bf16", "c64", "c128", "tuple", "opaque", "token",
-)  # fmt: skip
+    "invalid",
+    "pred",
+    "s8",
+    "s16",
+    "s32",
+    "s64",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "f16",
+    "f32",
+    "f64",
+    "bf16",
+    "c64",
+    "c128",
+    "tuple",
+    "opaque",
+    "token",
+)
 _TYPE_COLUMN = {name: 2 + i for i, name in enumerate(ELEMENT_TYPES)}
 
 # Column where each "first k, sum, product" group starts, with its k.
@@ -81,9 +98,13 @@ def _window_features(row: list[float], inst: HloInstruction) -> None:
     if window is None:
         return
     groups = (
-        window.size, window.stride, window.pad_low, window.pad_high,
-        window.window_dilation, window.base_dilation,
-    )  # fmt: skip
+        window.size,
+        window.stride,
+        window.pad_low,
+        window.pad_high,
+        window.window_dilation,
+        window.base_dilation,
+    )
     for g, values in enumerate(groups):
         _first_sum_product(row, _WINDOW + 8 * g, values, 6)
     _first(row, 85, [int(r) for r in window.reversal], 6)

@@ -143,9 +143,10 @@ def _configurable_ids(
                 f"expected 'default', a list of names or None, got {configurable!r}",
             )
         ids = [
-            k for k, inst in enumerate(table.instructions)
+            k
+            for k, inst in enumerate(table.instructions)
             if inst.opcode in DEFAULT_CONFIGURABLE_OPCODES
-        ]  # fmt: skip
+        ]
         return np.array(ids, dtype=np.int64)
     node_of: dict[str, int] = {}
     for k, name in enumerate(names):

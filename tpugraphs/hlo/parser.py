@@ -151,9 +151,14 @@ def _instruction(stmt: Statement) -> HloInstruction:
         raise stmt.error(close, "')' closing the operand list")
     opcode = op.group(1)
     inst = HloInstruction(
-        head.group(2), opcode, shape, [], _attributes(stmt, close + 1), stmt.line,
+        head.group(2),
+        opcode,
+        shape,
+        [],
+        _attributes(stmt, close + 1),
+        stmt.line,
         is_root=head.group(1) is not None,
-    )  # fmt: skip
+    )
     if opcode == "parameter":
         inst.parameter_number = _parameter_number(stmt, op.end(), close)
     elif opcode != "constant":  # a constant's parentheses hold its literal
