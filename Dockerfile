@@ -13,8 +13,11 @@ COPY xla_costmodel/ xla_costmodel/
 COPY tpugraphs/ tpugraphs/
 COPY service/ service/
 COPY clients/ clients/
+COPY collection/ collection/
 COPY models/ models/
-COPY benchmarks/ benchmarks/
+COPY bench/ bench/
+COPY chaos/ chaos/
+COPY studies/ studies/
 RUN pip install '.[service]' \
     && useradd --system --uid 10001 --no-create-home costmodel \
     && mkdir -p /var/lib/costmodel && chown costmodel /var/lib/costmodel

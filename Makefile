@@ -53,8 +53,11 @@ prometheus:
 test: $(VENV)/.all-deps redis-server postgresql prometheus kserve-venv
 	$(BIN)/pytest
 
+# What CI runs before the tests: lint, the formatter's check and mypy --strict over
+# every package of xla_costmodel (pyproject.toml [tool.mypy]).
 lint: $(VENV)/.all-deps
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # Rebuilds the shipped models from the labelled real files in ../shared/tpugraphs.
@@ -83,9 +86,9 @@ chaos: $(VENV)/.all-deps redis-server postgresql
 	$(BIN)/costmodel chaos $(CHAOS_FLAGS)
 
 # Per-graph adaptation measured end to end (trains leave-one-kernel-out tile models,
-# starts redis-server, PostgreSQL and services): benchmarks/results/learning_curve.*
+# starts redis-server, PostgreSQL and services): studies/results/learning_curve.*
 learning-curve: $(VENV)/.all-deps redis-server postgresql
-	$(BIN)/python -m xla_costmodel.benchmarks.learning
+	$(BIN)/python -m xla_costmodel.studies.learning
 
 # The xla_cpu dataset: one folder per target (CPU). Zoo programs x 60 sampled XLA:CPU
 # option sets (row 0 the default), measured on this machine into its target's folder
@@ -93,7 +96,7 @@ learning-curve: $(VENV)/.all-deps redis-server postgresql
 XLA_TARGET = $(shell $(BIN)/python -c "from xla_costmodel.tpugraphs import machine; print(machine.target())" 2>/dev/null)
 collect: $(VENV)/.all-deps
 	$(BIN)/costmodel collect --configs 60 --time-budget 4500 --noise-threshold 0.10 --runs 2 --max-rounds 9 --out datasets/xla_cpu/$(XLA_TARGET)
-	$(BIN)/python -m xla_costmodel.clients.xla.datasheet datasets/xla_cpu/$(XLA_TARGET)
+	$(BIN)/python -m xla_costmodel.collection.datasheet datasets/xla_cpu/$(XLA_TARGET)
 
 # The xla_cpu model from every target of datasets/xla_cpu: cross-validation leaving
 # families and targets out, then trained on every program: models/artifacts/xla_cpu/1
@@ -103,14 +106,14 @@ train-xla-cpu: $(VENV)/.all-deps
 
 # The fleet simulation (costmodel simulate): per target, programs tuned at K = 8 after
 # h = 0, 5, 10, 20 others, by the real policy vs random, the best fixed set and the
-# oracle: benchmarks/results/fleet.json
+# oracle: studies/results/fleet.json
 xla-tuning: $(VENV)/.all-deps
-	$(BIN)/costmodel simulate --out benchmarks/results/fleet.json
+	$(BIN)/costmodel simulate --out studies/results/fleet.json
 
 # The README's monitoring figure: a real service and Prometheus, a fleet of tuners
-# replaying datasets/xla_cpu; the recorded series plotted (benchmarks/results/monitoring.*).
+# replaying datasets/xla_cpu; the recorded series plotted (studies/results/monitoring.*).
 monitoring-plot: $(VENV)/.all-deps prometheus
-	$(BIN)/python -m xla_costmodel.benchmarks.monitoring
+	$(BIN)/python -m xla_costmodel.studies.monitoring
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -18,9 +18,11 @@ from xla_costmodel.clients.exchange import (
     ClientCore,
     DeadlineArg,
     fallback_or_raise,
+    unlearned_fallback,
 )
 from xla_costmodel.clients.operations import (
     Flow,
+    collection_flow,
     feedback_flow,
     models_flow,
     upload_flow,
@@ -105,13 +107,26 @@ class CostModelClient(ClientCore):
         a ``degraded`` result instead of ``ServiceUnavailable``/``DeadlineExceeded``.
         """
         limit = self._deadline(deadline)  # client-side preparation counts too
-        prepared, n, flow = self._prepare_rank(
-            model, graph, configs, top_k, model_version, target, adapt, portfolio
-        )
-        try:
-            return self._run(flow, limit)
-        except ServiceUnavailable as exc:
-            return fallback_or_raise(exc, fallback, prepared, n, top_k, model)
+        with self._forgetting(model):
+            try:
+                spec = self._run(collection_flow(model, self.collections), limit)
+            except ServiceUnavailable as exc:
+                return unlearned_fallback(exc, fallback, graph, configs, top_k, model)
+            prepared, n, flow = self._prepare_rank(
+                spec,
+                model,
+                graph,
+                configs,
+                top_k,
+                model_version,
+                target,
+                adapt,
+                portfolio,
+            )
+            try:
+                return self._run(flow, limit)
+            except ServiceUnavailable as exc:
+                return fallback_or_raise(exc, fallback, prepared, n, top_k, model)
 
     def upload_graph(
         self,
@@ -148,21 +163,26 @@ class CostModelClient(ClientCore):
         Raises ``EndpointNotFound`` if the service has no ``/v1/feedback`` route.
         """
         limit = self._deadline(deadline)
-        flow = feedback_flow(
-            model,
-            prepare_graph(graph, configs),
-            runtimes_ns,
-            configs,
-            config_indices,
-            model_version,
-            self.known_graphs,
-            target,
-            ranking_id,
-        )
-        return self._run(flow, limit)
+        with self._forgetting(model):
+            spec = None  # configs are built for the model's collection
+            if configs is not None:
+                spec = self._run(collection_flow(model, self.collections), limit)
+            flow = feedback_flow(
+                model,
+                prepare_graph(graph, configs, spec),
+                runtimes_ns,
+                configs,
+                config_indices,
+                model_version,
+                self.known_graphs,
+                target,
+                ranking_id,
+                spec,
+            )
+            return self._run(flow, limit)
 
     def models(self, *, deadline: DeadlineArg = None) -> list[ModelInfo]:
-        return self._run(models_flow(), self._deadline(deadline))
+        return self._run(models_flow(self.collections), self._deadline(deadline))
 
     def ready(self) -> bool:
         """One unretried ``GET /readyz``: True on 2xx, False on anything else."""

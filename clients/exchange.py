@@ -8,31 +8,46 @@ Each exchange is retried by ``RetryPolicy`` on connection failures, 429 and 502-
 (a non-idempotent one only when it never left, or on 429/503), honouring
 ``Retry-After``; every wait and every timeout phase is cut to the caller's
 deadline. The operations live in ``clients.operations``, shared by both clients.
+
+A model's collection (what its configs are) is learnt by name from
+``GET /v1/models`` once per client (``ModelCollections``), and forgotten when an
+answer suggests the model changed: unknown model or version, or configs refused.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
 from xla_costmodel.clients.errors import (
     CostModelError,
+    InvalidRequest,
+    ModelNotFound,
     ServiceUnavailable,
+    VersionNotLoaded,
     error_from_response,
     error_from_transport,
 )
-from xla_costmodel.clients.operations import Flow, KnownGraphs, rank_flow
+from xla_costmodel.clients.operations import (
+    Flow,
+    KnownGraphs,
+    ModelCollections,
+    rank_flow,
+)
 from xla_costmodel.clients.payloads import (
     GraphInput,
     PreparedGraph,
     config_array,
+    config_count,
     prepare_graph,
 )
 from xla_costmodel.clients.retry import Deadline, RetryPolicy, parse_retry_after
 from xla_costmodel.clients.wire import Call, RankResult, fallback_result
+from xla_costmodel.tpugraphs.collections import CollectionSpec
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=10.0, write=10.0, pool=2.0)
@@ -63,6 +78,8 @@ class ClientCore:
         self.default_deadline = default_deadline
         # Graph ids the service answered for: ranked by id, the others sent inline.
         self.known_graphs = KnownGraphs()
+        # Model name -> its collection, from GET /v1/models: which configs to build.
+        self.collections = ModelCollections()
         # The writer token feedback needs (docs/security.md); "" means none at all.
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
 
@@ -102,8 +119,19 @@ class ClientCore:
         error.__cause__ = exc
         return error
 
+    @contextmanager
+    def _forgetting(self, model: str) -> Iterator[None]:
+        """Forget ``model``'s collection when the call fails in a way a changed model
+        explains (it is gone, its version is, its configs no longer fit)."""
+        try:
+            yield
+        except (ModelNotFound, VersionNotLoaded, InvalidRequest):
+            self.collections.forget(model)
+            raise
+
     def _prepare_rank(
         self,
+        spec: CollectionSpec,
         model: str,
         graph: GraphInput,
         configs: Any,
@@ -113,12 +141,13 @@ class ClientCore:
         adapt: bool = True,
         portfolio: bool = False,
     ) -> tuple[PreparedGraph, int, Flow[RankResult]]:
-        prepared = prepare_graph(graph, configs)
-        array = config_array(configs, prepared)
+        prepared = prepare_graph(graph, configs, spec)
+        array = config_array(configs, prepared, spec)
         flow = rank_flow(
             model,
             prepared,
             array,
+            spec,
             top_k,
             version,
             self.known_graphs,
@@ -141,4 +170,22 @@ def fallback_or_raise(
         raise error
     return fallback_result(
         fallback, num_configs, top_k, model, prepared.graph_id, error
+    )
+
+
+def unlearned_fallback(
+    error: ServiceUnavailable,
+    fallback: Sequence[int] | None,
+    graph: GraphInput,
+    configs: Any,
+    top_k: int | None,
+    model: str,
+) -> RankResult:
+    """``fallback_or_raise`` when the service could not say the model's collection:
+    the graph is identified without it (HLO text by the form of the configs)."""
+    if fallback is None:
+        raise error
+    prepared = prepare_graph(graph, configs)
+    return fallback_or_raise(
+        error, fallback, prepared, config_count(configs), top_k, model
     )

@@ -11,8 +11,9 @@ text is recognised as:
 ``configurable`` chooses the configurable nodes, which is part of the graph:
 ``None`` for a model configured by one row (tile, xla_cpu), ``"default"`` (every
 convolution, dot and reshape) or a list of instruction names for a layout model, and
-``"auto"`` (the default) to let the configs of the call decide: one-row configs ->
-``None``, per-node (layout) ones -> ``"default"``.
+``"auto"`` (the default) to let the model decide: ``None`` for a collection
+configured by one row, ``"default"`` for a per-node one (layout); where the model is
+not known (``prepare_graph(hlo, configs)``), the form of the configs decides.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from xla_costmodel.clients.errors import InvalidRequest
-from xla_costmodel.clients.raw_configs import config_collection
-from xla_costmodel.tpugraphs.collections import get
+from xla_costmodel.clients.raw_configs import configs_per_node
+from xla_costmodel.tpugraphs.collections import CollectionSpec
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.hlo import HloGraph, HloParseError, featurize_hlo
 
@@ -64,19 +65,21 @@ def as_hlo(value: object) -> Hlo | None:
     return None
 
 
-def resolve(hlo: Hlo, configs: Any) -> Hlo:
-    """``configurable="auto"`` made concrete by the kind of ``configs``."""
+def resolve(hlo: Hlo, configs: Any, collection: CollectionSpec | None = None) -> Hlo:
+    """``configurable="auto"`` made concrete by the model's ``collection``, else by
+    the kind of ``configs``."""
     if not (isinstance(hlo.configurable, str) and hlo.configurable == AUTO):
         return hlo
-    collection = None if configs is None else config_collection(configs)
-    if collection is None:
+    per_node = collection.per_node if collection is not None else None
+    if per_node is None and configs is not None:
+        per_node = configs_per_node(configs)
+    if per_node is None:
         raise InvalidRequest(
             "cannot tell a tile from a layout graph without configs: give "
             "Hlo(text, configurable=None) for a tile model, or configurable='default' "
             "(or instruction names) for a layout model",
             field="configurable",
         )
-    per_node = get(collection).per_node
     return replace(hlo, configurable="default" if per_node else None)
 
 

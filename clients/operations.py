@@ -3,15 +3,16 @@
 A flow is a generator that yields the ``Call`` it needs next and receives the
 ``httpx.Response``; a failed exchange is thrown into it as a ``CostModelError`` so
 the flow can react (``GraphNotFound`` → upload the graph, then ask again, once).
-The clients only drive flows: they own the I/O, the retries and the deadline, and
-the ``KnownGraphs`` that decide whether a rank sends its graph by id or inline.
+The clients only drive flows: they own the I/O, the retries and the deadline, the
+``KnownGraphs`` that decide whether a rank sends its graph by id or inline, and the
+``ModelCollections`` that say, by model name, which collection's configs to build.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -19,7 +20,12 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.clients.errors import GraphNotFound, InvalidRequest, ProtocolError
+from xla_costmodel.clients.errors import (
+    GraphNotFound,
+    InvalidRequest,
+    ModelNotFound,
+    ProtocolError,
+)
 from xla_costmodel.clients.payloads import NPZ, PreparedGraph, config_array, configs_npz
 from xla_costmodel.clients.wire import (
     JSON,
@@ -35,6 +41,7 @@ from xla_costmodel.clients.wire import (
     parse_rank,
     query,
 )
+from xla_costmodel.tpugraphs.collections import CollectionSpec, UnknownCollection, get
 
 T = TypeVar("T")
 Flow: TypeAlias = Generator[Call, httpx.Response, T]
@@ -73,6 +80,51 @@ class KnownGraphs:
             self._ids.pop((model, graph_id), None)
 
 
+class ModelCollections:
+    """Model name -> the collection ``GET /v1/models`` listed it with, as learnt by
+    one client for its lifetime: one GET teaches every model it lists.
+
+    A config's width does not say whose it is (two collections may share one), the
+    model's name does. Forgotten when an answer suggests the model changed (unknown
+    model or version, configs refused); the next call asks again. Safe to share
+    between threads.
+    """
+
+    def __init__(self) -> None:
+        self._names: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(self, model: str) -> str | None:
+        return self._names.get(model)
+
+    def learn(self, models: Iterable[ModelInfo]) -> None:
+        with self._lock:
+            self._names.update((m.name, m.collection) for m in models)
+
+    def forget(self, model: str) -> None:
+        with self._lock:
+            self._names.pop(model, None)
+
+
+def collection_flow(model: str, known: ModelCollections) -> Flow[CollectionSpec]:
+    """The declared collection of ``model``: from ``known``, else ``GET /v1/models``."""
+    name = known.get(model)
+    if name is None:
+        yield from models_flow(known)
+        name = known.get(model)
+    if name is None:
+        raise ModelNotFound(
+            f"no model {model!r} is loaded", code="model_not_found", field="model"
+        )
+    try:
+        return get(name)
+    except UnknownCollection:
+        raise ProtocolError(
+            f"model {model!r} is a {name!r} model, a collection this client does "
+            "not know: a newer client is needed"
+        ) from None
+
+
 def upload_flow(
     model: str,
     graph: PreparedGraph,
@@ -101,6 +153,7 @@ def rank_flow(
     model: str,
     graph: PreparedGraph,
     configs: npt.NDArray[np.float32],
+    spec: CollectionSpec,
     top_k: int | None,
     version: str | None,
     known: KnownGraphs,
@@ -113,7 +166,7 @@ def rank_flow(
     By id, ``graph_not_found`` (the service evicted it, or restarted) uploads the
     graph and retries once; inline, a body over the service's size limit falls back
     to the same upload and a rank by id. ``configs`` must already be validated
-    (``payloads.config_array``).
+    (``payloads.config_array``) for a ``spec`` model.
     """
     if top_k is not None and top_k < 1:
         raise InvalidRequest("top_k must be >= 1", field="top_k")
@@ -121,7 +174,7 @@ def rank_flow(
     accept = NPZ if n >= NPZ_ANSWER_MIN_CONFIGS else None
     by_id = (model, graph.graph_id) in known
     opts = RankOptions(top_k, version, target, adapt, accept, portfolio)
-    first = _rank_call(model, graph, configs, opts, by_id)
+    first = _rank_call(model, graph, configs, spec, opts, by_id)
     uploaded = not by_id
     try:
         response = yield first
@@ -131,7 +184,7 @@ def rank_flow(
         known.discard(model, graph.graph_id)
         yield from upload_flow(model, graph, version)
         uploaded = True
-        again = first if by_id else _rank_call(model, graph, configs, opts, True)
+        again = first if by_id else _rank_call(model, graph, configs, spec, opts, True)
         response = yield again
     result = parse_rank(response, graph.graph_id, n, uploaded)
     known.add(model, graph.graph_id)
@@ -152,6 +205,7 @@ def _rank_call(
     model: str,
     graph: PreparedGraph,
     configs: npt.NDArray[np.float32],
+    spec: CollectionSpec,
     opts: RankOptions,
     by_id: bool,
 ) -> Call:
@@ -165,7 +219,7 @@ def _rank_call(
         adapt=None if opts.adapt else "false",
         portfolio="true" if opts.portfolio else None,
     )
-    body = configs_npz(configs, graph, inline=not by_id)
+    body = configs_npz(configs, graph, spec, inline=not by_id)
     return Call("POST", "/v1/rank", params, body, NPZ, accept=opts.accept)
 
 
@@ -186,12 +240,14 @@ def feedback_flow(
     known: KnownGraphs | None = None,
     target: str | None = None,
     ranking_id: str | None = None,
+    spec: CollectionSpec | None = None,
 ) -> Flow[FeedbackResult]:
     """POST /v1/feedback (JSON) with a fresh ``Idempotency-Key``: every resend of this
     call carries the same key, so the service stores it once however often it is
-    resent (a lost answer, a 502, a timeout), and it is retried like a rank."""
+    resent (a lost answer, a 502, a timeout), and it is retried like a rank.
+    ``configs`` are built for a ``spec`` model (``spec`` is needed with them)."""
     body: dict[str, Any] = {"model": model, "graph_id": graph.graph_id}
-    body.update(_measurements(graph, runtimes_ns, configs, config_indices))
+    body.update(_measurements(graph, runtimes_ns, configs, config_indices, spec))
     if version is not None:
         body["model_version"] = version
     if target is not None:
@@ -219,6 +275,7 @@ def _measurements(
     runtimes_ns: Sequence[int] | np.ndarray[Any, Any],
     configs: Any | None,
     config_indices: Sequence[int] | None,
+    spec: CollectionSpec | None,
 ) -> dict[str, Any]:
     if (configs is None) == (config_indices is None):
         raise InvalidRequest(
@@ -233,7 +290,9 @@ def _measurements(
         raise InvalidRequest("runtimes_ns must be > 0", field="runtimes_ns")
     out: dict[str, Any] = {"runtimes_ns": runtimes.astype(np.int64).tolist()}
     if configs is not None:
-        rows = config_array(configs, graph)
+        if spec is None:
+            raise ValueError("configs are built for a model's collection: give spec")
+        rows = config_array(configs, graph, spec)
         out["configs"] = (rows.astype(np.int64) if _exact_ints(rows) else rows).tolist()
         count = rows.shape[0]
     else:
@@ -258,5 +317,9 @@ def _exact_ints(rows: np.ndarray[Any, Any]) -> bool:
     )
 
 
-def models_flow() -> Flow[list[ModelInfo]]:
-    return parse_models((yield Call("GET", "/v1/models")))
+def models_flow(known: ModelCollections | None = None) -> Flow[list[ModelInfo]]:
+    """GET /v1/models; what it lists teaches ``known`` each model's collection."""
+    models = parse_models((yield Call("GET", "/v1/models")))
+    if known is not None:
+        known.learn(models)
+    return models

@@ -3,9 +3,10 @@
 A graph may be given as a ``tpugraphs`` ``Graph`` or ``Sample`` (``load_npz``), as
 any mapping of TpuGraphs keys (a dict of arrays, or an open ``np.load`` file), as a
 path to an npz file, as HLO text (``xla_costmodel.clients.hlo``: featurized here), or as an already
-``PreparedGraph``. Configs are feature arrays or raw configs (``clients.raw_configs``).
-Validation is the format core's, so the client rejects locally what the service would
-reject with a 422.
+``PreparedGraph``. Configs are feature arrays or raw configs (``clients.raw_configs``),
+built for the model's collection (``CollectionSpec``, which the client learns by the
+model's name). Validation is the format core's, so the client rejects locally what
+the service would reject with a 422.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from xla_costmodel.clients.errors import InvalidRequest
 from xla_costmodel.clients.hlo import Hlo, as_hlo, featurize, resolve
 from xla_costmodel.clients.raw_configs import encode_raw, is_raw
 from xla_costmodel.tpugraphs.arrays import Graph, Sample, make_configs, make_graph
-from xla_costmodel.tpugraphs.collections import CollectionSpec, of_shape
+from xla_costmodel.tpugraphs.collections import CollectionSpec
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.graph_id import graph_id
-from xla_costmodel.tpugraphs.spec import Collection
 
 NPZ = "application/x-npz"
 
@@ -45,16 +45,6 @@ class PreparedGraph:
     # configurable nodes, so raw layout configs may name nodes and are range-checked.
     node_names: tuple[str, ...] | None = None
     config_tensor_ranks: tuple[tuple[int, ...], ...] | None = None
-
-    @property
-    def collection(self) -> Collection:
-        """The first collection of the graph's shape (tile or layout): the configs
-        tell tile from xla_cpu (``configs_collection``)."""
-        return self.graph.collection
-
-    def configs_collection(self, configs: npt.NDArray[Any]) -> CollectionSpec:
-        """The collection of validated ``configs`` for this graph, by their width."""
-        return of_shape(self.graph.node_config_ids is not None, configs.shape[-1])
 
     @cached_property
     def npz_bytes(self) -> bytes:
@@ -79,18 +69,21 @@ GraphInput: TypeAlias = (
 )
 
 
-def prepare_graph(value: GraphInput, configs: Any = None) -> PreparedGraph:
+def prepare_graph(
+    value: GraphInput, configs: Any = None, collection: CollectionSpec | None = None
+) -> PreparedGraph:
     """Validate any accepted graph input and hash it with ``xla_costmodel.tpugraphs.graph_id``.
 
-    ``configs``, when given, settles ``Hlo(configurable="auto")`` (tile or layout).
+    ``Hlo(configurable="auto")`` is settled by the model's ``collection`` (whether it
+    configures nodes), else by the form of ``configs`` (tile or layout).
     """
     if isinstance(value, PreparedGraph):
         return value
     if isinstance(value, Hlo):
-        return _prepare_hlo(resolve(value, configs))
+        return _prepare_hlo(resolve(value, configs, collection))
     hlo = as_hlo(value)
     if hlo is not None:
-        return _prepare_hlo(resolve(hlo, configs))
+        return _prepare_hlo(resolve(hlo, configs, collection))
     try:
         graph = _to_graph(value)
     except GraphFormatError as exc:
@@ -146,27 +139,46 @@ def _graph_from_keys(arrays: Mapping[str, Any]) -> Graph:
     )
 
 
-def config_array(configs: Any, graph: PreparedGraph) -> npt.NDArray[np.float32]:
-    """Validate configs against the graph, encoding raw configs first: [C,W] for a
-    graph without configurable nodes (W of any collection configured by one row:
-    the service checks the model's), [C,NC,18] for a layout graph."""
+def config_array(
+    configs: Any, graph: PreparedGraph, spec: CollectionSpec
+) -> npt.NDArray[np.float32]:
+    """Validate configs for a ``spec`` model and the graph, encoding raw configs
+    first: [C,W] (one row per config) or [C,NC,W] (per configurable node)."""
+    if spec.per_node != (graph.graph.node_config_ids is not None):
+        need = "needs" if spec.per_node else "takes no"
+        raise InvalidRequest(
+            f"a {spec.name} model {need} graphs with node_config_ids",
+            field="node_config_ids",
+        )
     if is_raw(configs):
         names, ranks = graph.node_names, graph.config_tensor_ranks
-        configs = encode_raw(configs, graph.graph, names, ranks)
+        configs = encode_raw(configs, graph.graph, names, ranks, spec)
     try:
-        return make_configs(configs, graph.graph)
+        return make_configs(configs, graph.graph, collection=spec.name)
     except GraphFormatError as exc:
         raise InvalidRequest(str(exc), field=exc.key) from None
 
 
+def config_count(configs: Any) -> int:
+    """How many configs ``configs`` holds, whatever collection they are for."""
+    try:
+        return len(configs)
+    except TypeError:
+        raise InvalidRequest(
+            "configs: expected a list or an array of configs", field="configs"
+        ) from None
+
+
 def configs_npz(
-    configs: npt.NDArray[np.float32], graph: PreparedGraph, inline: bool = False
+    configs: npt.NDArray[np.float32],
+    graph: PreparedGraph,
+    spec: CollectionSpec,
+    inline: bool = False,
 ) -> bytes:
     """The binary rank body, with the graph's arrays too when ``inline``, the configs
-    under their collection's key. Where its configs are small ints (layout: mostly -1;
-    xla_cpu option codes), they go as int8 when they fit, a quarter of the float32
-    bytes; tile configs as float32."""
-    spec = graph.configs_collection(configs)
+    under the ``spec`` model's config key. Where its configs are small ints (layout:
+    mostly -1; xla_cpu option codes), they go as int8 when they fit, a quarter of the
+    float32 bytes; tile configs as float32."""
     wire: np.ndarray[Any, Any] = configs
     if spec.small_int_configs:
         small = _as_int8(configs)

@@ -1,13 +1,12 @@
 """Raw configs -> config features, encoded on the client (``xla_costmodel.tpugraphs.configs``).
 
-Raw configs are a list of, for a graph without configurable nodes, the raw form of a
-collection configured by one row (``CollectionSpec.raw``: ``TileSizes`` or dicts of
-their three lists for tile, ``compiler_options`` dicts for xla_cpu), told apart by the
-first config whose form says (``{}`` fits both; a list of only ``{}`` reads as tile:
-send xla_cpu defaults as ``xla_cpu.default_row()`` rows); for a layout graph,
-mappings node -> ``NodeLayout`` (or a dict of ``output``, ``input``, ``kernel``) where
-a node is an instruction name (graphs from HLO text) or a node id (``decode_layout``
-output). Anything else is taken for feature arrays.
+Raw configs are a list of, for a model configured by one row, its collection's raw
+form (``CollectionSpec.raw``: ``TileSizes`` or dicts of their three lists for tile,
+``compiler_options`` dicts for xla_cpu); for a layout model, mappings node ->
+``NodeLayout`` (or a dict of ``output``, ``input``, ``kernel``) where a node is an
+instruction name (graphs from HLO text) or a node id (``decode_layout`` output).
+Anything else is taken for feature arrays. The model's collection, learnt by name
+from ``GET /v1/models``, says which encoder applies.
 """
 
 from __future__ import annotations
@@ -19,11 +18,10 @@ import numpy as np
 
 from xla_costmodel.clients.errors import InvalidRequest
 from xla_costmodel.tpugraphs.arrays import F32, Graph
-from xla_costmodel.tpugraphs.collections import COLLECTIONS, CollectionSpec, of_shape
+from xla_costmodel.tpugraphs.collections import COLLECTIONS, CollectionSpec
 from xla_costmodel.tpugraphs.config_json import layout_from_json
 from xla_costmodel.tpugraphs.configs import TileSizes, encode_layout
 from xla_costmodel.tpugraphs.errors import GraphFormatError
-from xla_costmodel.tpugraphs.spec import Collection
 
 
 def is_raw(configs: Any) -> bool:
@@ -35,30 +33,19 @@ def is_raw(configs: Any) -> bool:
     return bool(configs) and isinstance(configs[0], TileSizes | Mapping)
 
 
-def config_collection(configs: Any) -> Collection | None:
-    """Which collection's model ``configs`` are for, when they say: raw configs by
-    their form, arrays by shape ([C,W] by W: tile or xla_cpu; [C,NC,W]: layout)."""
+def configs_per_node(configs: Any) -> bool | None:
+    """Whether ``configs`` configure each configurable node, when their form says:
+    raw configs unless one has a one-row collection's raw form, arrays by rank
+    ([C,NC,W] per node, [C,W] not). Only for HLO text whose model is not known yet
+    (``prepare_graph(hlo, configs)``); a rank uses the model's collection."""
     if is_raw(configs):
-        found = row_collection(configs)
-        return (of_shape(True) if found is None else found).name
+        rows = [c.raw for c in COLLECTIONS.values() if not c.per_node and c.raw]
+        return not any(raw.recognises(item) for item in configs for raw in rows)
     try:
         shape = np.shape(configs)
     except ValueError:  # ragged: the validation that follows will say so
         return None
-    if len(shape) not in (2, 3):
-        return None
-    return of_shape(len(shape) == 3, shape[-1]).name
-
-
-def row_collection(configs: Sequence[Any]) -> CollectionSpec | None:
-    """The collection configured by one row whose raw form the first telling config
-    has, if any."""
-    rows = [c for c in COLLECTIONS.values() if not c.per_node and c.raw is not None]
-    for item in configs:
-        for spec in rows:
-            if spec.raw is not None and spec.raw.recognises(item):
-                return spec
-    return None
+    return {2: False, 3: True}.get(len(shape))
 
 
 def encode_raw(
@@ -66,12 +53,12 @@ def encode_raw(
     graph: Graph,
     node_names: Sequence[str] | None,
     tensor_ranks: Sequence[Sequence[int]] | None,
+    spec: CollectionSpec,
 ) -> F32:
-    """``config_feat`` [C,W] (the raw form's collection; tile if none fits, so the
-    errors say what a tile config lacks) or ``node_config_feat`` [C,NC,18]."""
+    """The configs of a ``spec`` model: ``config_feat`` [C,W] by its raw encoder, or
+    ``node_config_feat`` [C,NC,18] (per node) for ``graph``'s configurable nodes."""
     try:
-        if graph.node_config_ids is None:
-            spec = row_collection(configs) or of_shape(False)
+        if not spec.per_node or graph.node_config_ids is None:
             if spec.raw is None:
                 raise InvalidRequest(
                     f"{spec.name} models take no raw configs", field="configs"

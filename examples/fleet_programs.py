@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xla_costmodel.clients.xla import plain
+from xla_costmodel.collection import plain
 
 Built = tuple[Any, tuple[Any, ...]]
 

@@ -3,7 +3,7 @@
 Each function takes no argument and returns ``(fn, args)``: the program to tune and
 arguments of the shapes and dtypes it will run on. ``my_program`` is written out in
 plain JAX, as a user would; the others reuse the program zoo the xla_cpu dataset was
-collected on (``xla_costmodel.clients.xla.zoo``).
+collected on (``xla_costmodel.collection.zoo``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def my_program() -> tuple[Any, tuple[Any, ...]]:
 
 
 def _zoo(name: str) -> tuple[Any, tuple[Any, ...]]:
-    from xla_costmodel.clients.xla.zoo import select
+    from xla_costmodel.collection.zoo import select
 
     (program,) = select([name])
     return program.build()
@@ -49,6 +49,6 @@ def resnet50() -> tuple[Any, tuple[Any, ...]]:
 
 def transformer() -> tuple[Any, tuple[Any, ...]]:
     """The zoo's first plain-JAX transformer program."""
-    from xla_costmodel.clients.xla.zoo import families
+    from xla_costmodel.collection.zoo import families
 
     return _zoo(families()["transformer"][0])

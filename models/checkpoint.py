@@ -1,5 +1,6 @@
-"""Checkpoints: a trained model plus its training summary, for ``export`` to re-export
-and for PyTorch users (the benchmark's eager phase) to load the served weights.
+"""Checkpoints: a trained model plus its training summary (``TrainResult``, what
+``train.fit`` returns), for ``export`` to re-export and for PyTorch users (the
+benchmark's eager phase) to load the served weights.
 
 A checkpoint holds tensors and plain data only (no pickled classes), so it loads with
 ``torch.load(weights_only=True)``. ``make train`` ships one per artifact at
@@ -8,14 +9,23 @@ A checkpoint holds tensors and plain data only (no pickled classes), so it loads
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from xla_costmodel.models.network import CostModel, ModelConfig
-from xla_costmodel.models.train import TrainResult
 
 CHECKPOINT = "checkpoint.pt"
+
+
+# Here, below train and export, so that both import it and neither imports the other.
+@dataclass
+class TrainResult:
+    model: CostModel
+    summary: dict[str, Any]  # goes into the manifest's ``training``
+    valid_metrics: dict[str, float | None]
 
 
 def save_checkpoint(result: TrainResult, out_dir: Path) -> Path:

@@ -60,7 +60,7 @@ class Example:
 
     @property
     def rankable(self) -> bool:
-        return self.configs.shape[0] >= 2
+        return bool(self.configs.shape[0] >= 2)
 
     @property
     def nbytes(self) -> int:

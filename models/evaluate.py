@@ -5,7 +5,7 @@ Every labelled file of the artifact's collection is scored through
 part of the official evaluation). Graphs of a collection with official eval indices
 (layout) listed in the eval_indices
 JSON (``<root>/eval_indices/{xla|nlp}_{default|random}.json``, found next to the ``npz``
-folder of the file, else in ``../shared/tpugraphs``) are scored on those 1,000 configs;
+folder the file is in) are scored on those 1,000 configs;
 other graphs on all configs. Unlabelled (test) files are skipped with a note.
 Metric definitions: ``xla_costmodel.tpugraphs.metrics``.
 """
@@ -18,17 +18,17 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.collections import LAYOUT, get
-from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys
+from xla_costmodel.tpugraphs.metrics import mean_metrics
 from xla_costmodel.tpugraphs.reader import expand_paths, load_npz
 
-DEFAULT_SHARED = Path(__file__).resolve().parents[2] / "shared" / "tpugraphs"
+T = TypeVar("T")
 LAYOUT_CELLS = 2_000_000  # configs x configurable nodes scored per scorer call
 
 
@@ -51,7 +51,7 @@ def eval_indices_for(path: Path, collection: str = LAYOUT.name) -> list[int] | N
     roots = [
         Path(*parts[:j]) for j in range(len(parts) - 1, 0, -1) if parts[j] == "npz"
     ]
-    for root in [*roots, DEFAULT_SHARED]:
+    for root in roots:
         indices = _load_table(root / "eval_indices" / table)
         if path.stem in indices:
             return indices[path.stem]
@@ -140,20 +140,21 @@ def evaluate_artifact(
     )
 
 
-def nan_to_none(value: Any) -> Any:
+def nan_to_none(value: T) -> T:
     """JSON has no NaN: an undefined metric (tau of constant runtimes) becomes null."""
+    out: Any = value
     if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [nan_to_none(v) for v in value]
-    return value
+        out = None
+    elif isinstance(value, dict):
+        out = {k: nan_to_none(v) for k, v in value.items()}
+    elif isinstance(value, list):
+        out = [nan_to_none(v) for v in value]
+    return cast(T, out)  # the same shape; only NaN leaves become None
 
 
 def format_table(report: dict[str, Any]) -> str:
     """Mean metrics of model vs baselines, as a markdown table."""
-    keys = metric_keys(report["collection"])
+    keys = get(report["collection"]).metrics.keys
     cols = [
         ("model", report["mean"]),
         ("random", report["baselines"]["random"]),

@@ -30,9 +30,8 @@ from xla_costmodel.manifest import (
     sha256_file,
     write_manifest,
 )
-from xla_costmodel.models.checkpoint import load_checkpoint
+from xla_costmodel.models.checkpoint import TrainResult, load_checkpoint
 from xla_costmodel.models.network import CostModel, embedding_names
-from xla_costmodel.models.train import TrainResult
 from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM, NUM_OPCODES
 
 OPSET = 18

@@ -75,6 +75,14 @@ class NormLinear(nn.Module):
     configs: half the log for a 24-column Gemm), not for the 140 node features.
     """
 
+    # Buffers, declared for the type checker (nn.Module's __getattr__ is untyped).
+    mean: Tensor
+    inv_std: Tensor
+    cols: Tensor
+    signed_cols: Tensor
+    pick: Tensor
+    negate: Tensor
+
     def __init__(
         self,
         in_dim: int,
@@ -94,7 +102,9 @@ class NormLinear(nn.Module):
         # active ones; the signed active ones) and their 0/1 and 0/-1 pickers.
         for name in ("cols", "signed_cols", "pick", "negate"):
             self.register_buffer(name, torch.empty(0), persistent=False)
-        self.register_load_state_dict_post_hook(lambda module, _: module.refresh())
+        self.register_load_state_dict_post_hook(  # type: ignore[no-untyped-call]
+            lambda module, _: module.refresh()
+        )
         self.refresh()
 
     def set_stats(self, mean: Tensor, std: Tensor) -> None:
@@ -187,7 +197,8 @@ class MessagePassing(nn.Module):
         w_self, w_in, w_out = self.update.weight.chunk(3, dim=1)
         msg = F.linear(h, w_self, self.update.bias) + from_operands @ w_in.t()
         msg = msg + from_users @ w_out.t()
-        return self.norm(h + torch.relu(msg))
+        out: Tensor = self.norm(h + torch.relu(msg))  # Module.__call__ is untyped
+        return out
 
 
 class GraphEncoder(nn.Module):
@@ -273,7 +284,8 @@ class TileScorer(nn.Module):
         # config_in(x) * (1 + gamma) + beta, with the FiLM folded into its weights.
         x = torch.relu(self.config_in(config_feat, 1.0 + gamma, beta))
         x = torch.relu(self.hidden(x))
-        return self.out(x).squeeze(-1)
+        scores: Tensor = self.out(x).squeeze(-1)
+        return scores
 
 
 class LayoutScorer(nn.Module):
@@ -301,7 +313,8 @@ class LayoutScorer(nn.Module):
         x = torch.relu(self.node_layer(x.reshape(c * nc, h)))
         x = x.reshape(c, nc, h).mean(dim=1)  # [C,H]
         x = torch.relu(self.head(x) + self.graph_in(graph_embedding))
-        return self.out(x).squeeze(-1)
+        scores: Tensor = self.out(x).squeeze(-1)
+        return scores
 
 
 class CostModel(nn.Module):
@@ -313,8 +326,12 @@ class CostModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         per_node = cfg.spec.per_node
-        self.encoder: nn.Module = LayoutEncoder(cfg) if per_node else TileEncoder(cfg)
-        self.scorer: nn.Module = LayoutScorer(cfg) if per_node else TileScorer(cfg)
+        self.encoder: TileEncoder | LayoutEncoder = (
+            LayoutEncoder(cfg) if per_node else TileEncoder(cfg)
+        )
+        self.scorer: TileScorer | LayoutScorer = (
+            LayoutScorer(cfg) if per_node else TileScorer(cfg)
+        )
 
     def encode(self, graph: dict[str, Tensor]) -> tuple[Tensor, ...]:
         args = [graph["node_feat"], graph["node_opcode"], graph["edge_index"]]
@@ -323,7 +340,8 @@ class CostModel(nn.Module):
         return (self.encoder(*args),)
 
     def forward(self, graph: dict[str, Tensor], configs: Tensor) -> Tensor:
-        return self.scorer(*self.encode(graph), configs)
+        scores: Tensor = self.scorer(*self.encode(graph), configs)
+        return scores
 
     def set_stats(self, stats: dict[str, tuple[Tensor, Tensor]]) -> None:
         """Install training-partition statistics: ``{"node": (mean, std), "config": ...}``."""

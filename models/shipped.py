@@ -27,7 +27,7 @@
 
 Runs are single-threaded and seeded, so two runs give the same metrics.
 Artifacts go to ``models/artifacts/<name>/<version>/`` and the PyTorch checkpoint of each
-(the same weights, ~0.3 MB, for eager use: ``benchmarks.torch_eager``) to
+(the same weights, ~0.3 MB, for eager use: ``bench.torch_eager``) to
 ``models/checkpoints/<name>/<version>/checkpoint.pt``, both committed; epoch logs and the
 cross-validation folds to ``runs/shipped/<name>/`` (not committed).
 """
@@ -43,12 +43,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from xla_costmodel import paths
+from xla_costmodel.paths import existing
+
 if TYPE_CHECKING:
     from xla_costmodel.manifest import Manifest
     from xla_costmodel.models.train import TrainConfig
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "tpugraphs"
 LAYOUT_TRAIN = [
     "npz/layout/xla/default/train/unet3d.npz",
     "npz/layout/xla/random/train/openai_v0_rnn_optimized.npz",
@@ -199,15 +200,16 @@ def _rewrite_metrics(
 
 
 def run(
-    shared: Annotated[Path, typer.Option(help="The TpuGraphs sample folder.")] = SHARED,
-    out: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO
-    / "models"
-    / "artifacts",
+    shared: Annotated[
+        Path, typer.Option(help="The TpuGraphs sample folder.")
+    ] = paths.SHARED_TPUGRAPHS,
+    out: Annotated[
+        Path, typer.Option(help="Model repository to write.")
+    ] = paths.ARTIFACTS,
     checkpoints: Annotated[
         Path, typer.Option(help="PyTorch checkpoints to write (same layout).")
-    ] = REPO / "models" / "checkpoints",
-    runs: Annotated[Path, typer.Option(help="Epoch logs and CV folds.")] = REPO
-    / "runs"
+    ] = paths.CHECKPOINTS,
+    runs: Annotated[Path, typer.Option(help="Epoch logs and CV folds.")] = paths.RUNS
     / "shipped",
     version: str = "1",
     seed: int = 0,
@@ -222,13 +224,14 @@ def run(
     console = Console(stderr=True)
     # Relative paths (from the repo root under `make train`) keep machine paths out of
     # the committed manifests.
-    shared = Path(os.path.relpath(shared.resolve()))
+    shared = Path(os.path.relpath(existing(shared, "--shared", "TpuGraphs sample")))
     tables = []
-    builds = {
-        "tile": (build_tile, tile_config(seed, tile_epochs)),
-        "layout": (build_layout, layout_config(seed, layout_epochs)),
-    }
-    for name, (build, cfg) in builds.items():
+    # The shipped models, each named for its collection, with its recipe.
+    builds = (
+        ("tile", build_tile, tile_config(seed, tile_epochs)),
+        ("layout", build_layout, layout_config(seed, layout_epochs)),
+    )
+    for name, build, cfg in builds:
         console.rule(name)
         artifact, checkpoint = out / name / version, checkpoints / name / version
         manifest = build(shared, artifact, checkpoint, runs / name, cfg, console)

@@ -33,7 +33,13 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.tpugraphs import xla_cpu
-from xla_costmodel.tpugraphs.collections import get
+from xla_costmodel.tpugraphs.collections import (
+    LAYOUT,
+    TILE,
+    XLA_CPU,
+    CollectionSpec,
+    get,
+)
 from xla_costmodel.tpugraphs.spec import CONFIG_SPEC_KEY
 
 Arrays = dict[str, npt.NDArray[np.generic]]
@@ -194,23 +200,24 @@ def make_xla_cpu_arrays(
     }
 
 
-# Per collection: its array maker and its folder under ``npz/`` (the dataset's layout).
-MAKERS: dict[str, tuple[Callable[..., Arrays], str]] = {
-    "tile": (make_tile_arrays, "tile/xla"),
-    "layout": (make_layout_arrays, "layout/xla/default"),
-    "xla_cpu": (make_xla_cpu_arrays, "xla_cpu"),
+# Per declared collection, its array maker (the registry's spec is the key: a new
+# collection adds its maker here; its folder is declared, ``dataset_dir``).
+MAKERS: dict[CollectionSpec, Callable[..., Arrays]] = {
+    TILE: make_tile_arrays,
+    LAYOUT: make_layout_arrays,
+    XLA_CPU: make_xla_cpu_arrays,
 }
 
 
 def make_arrays(collection: str, **kwargs: object) -> Arrays:
     """A synthetic file's arrays for ``collection`` (its maker's keyword arguments)."""
-    make, _ = MAKERS[get(collection).name]
-    return make(**kwargs)
+    return MAKERS[get(collection)](**kwargs)
 
 
 def write_npz(path: Path, arrays: Arrays) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)  # keyword order = key order in the file
+    # keyword order = key order in the file; numpy's stub types **kwds loosely
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
     return path
 
 
@@ -223,8 +230,9 @@ def write_tree(
     **kwargs: object,
 ) -> list[Path]:
     """``num_graphs`` files under ``root/npz/<folder>/<split>/``, the collection's
-    folder in ``MAKERS`` (``tile/xla``, ``layout/xla/default``, ``xla_cpu``)."""
-    make, sub = MAKERS[get(collection).name]
+    declared ``dataset_dir`` (``tile/xla``, ``layout/xla/default``, ``xla_cpu``)."""
+    spec = get(collection)
+    make, sub = MAKERS[spec], spec.dataset_dir
     out = []
     for i in range(num_graphs):
         arrays = make(seed=seed * 100_003 + i, **kwargs)
@@ -242,7 +250,8 @@ def main() -> None:
     import sys
 
     root = Path(sys.argv[1])
-    for collection in MAKERS:
+    for spec in MAKERS:
+        collection = spec.name
         for split, n in (("train", 16), ("valid", 4)):
             seed = 0 if split == "train" else 1
             print(

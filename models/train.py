@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from rich.console import Console
 from rich.progress import (
@@ -45,11 +46,12 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from xla_costmodel.models.checkpoint import TrainResult, save_checkpoint
 from xla_costmodel.models.data import Example, ExampleStore, FeatureStats, feature_stats
 from xla_costmodel.models.network import CostModel, ModelConfig
 from xla_costmodel.tpugraphs.arrays import Graph
 from xla_costmodel.tpugraphs.collections import get
-from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
+from xla_costmodel.tpugraphs.metrics import mean_metrics
 from xla_costmodel.tpugraphs.spec import Collection
 
 LOG_FILE = "train_log.jsonl"
@@ -82,13 +84,6 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.max_configs is None:
             self.max_configs = 2_000 if get(self.collection).per_node else 20_000
-
-
-@dataclass
-class TrainResult:
-    model: CostModel
-    summary: dict[str, Any]  # goes into the manifest's ``training``
-    valid_metrics: dict[str, float | None]
 
 
 def set_seeds(seed: int) -> None:
@@ -148,13 +143,13 @@ def score_all(model: CostModel, graph: Graph, configs: np.ndarray) -> np.ndarray
 
 
 def validate(model: CostModel, examples: Iterable[Example]) -> dict[str, float | None]:
-    collection = model.cfg.collection
+    metrics = get(model.cfg.collection).metrics
     rows = [
-        metrics_for(collection, score_all(model, ex.graph, ex.configs), ex.targets)
+        metrics(score_all(model, ex.graph, ex.configs), ex.targets)
         for ex in examples
         if ex.rankable
     ]
-    return mean_metrics(rows, metric_keys(collection))
+    return mean_metrics(rows, metrics.keys)
 
 
 def selection_score(collection: str, metrics: dict[str, float | None]) -> float:
@@ -163,7 +158,9 @@ def selection_score(collection: str, metrics: dict[str, float | None]) -> float:
 
 
 def install_stats(model: CostModel, stats: FeatureStats) -> None:
-    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    def t(a: npt.ArrayLike) -> torch.Tensor:
+        return torch.tensor(a, dtype=torch.float32)
+
     model.set_stats(
         {
             "node": (t(stats.node_mean), t(stats.node_std)),
@@ -176,7 +173,7 @@ def steps_for(ex: Example, cfg: TrainConfig) -> int:
     if not ex.rankable:
         return 0
     return min(
-        cfg.max_steps_per_graph, math.ceil(ex.configs.shape[0] / cfg.batch_configs)
+        cfg.max_steps_per_graph, math.ceil(int(ex.configs.shape[0]) / cfg.batch_configs)
     )
 
 
@@ -199,7 +196,7 @@ def train_epoch(
             scores = model(graph, torch.from_numpy(ex.configs[pick]))
             loss = ranking_loss(scores, torch.from_numpy(ex.targets[pick]), cfg)
             opt.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             opt.step()
             losses.append(float(loss.detach()))
@@ -385,9 +382,8 @@ def _progress(console: Console) -> Progress:
 
 def main() -> None:
     """``python -m xla_costmodel.models.train COLLECTION OUT_DIR PATH...`` (holds out validation files)."""
-    from xla_costmodel.models.checkpoint import save_checkpoint
     from xla_costmodel.models.data import collection_files, holdout_split
-    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.export import export_artifact  # onnx: only when run
 
     collection, out = sys.argv[1], Path(sys.argv[2])
     train_paths, valid_paths = holdout_split(collection_files(sys.argv[3:], collection))  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ of the model; ``xla_costmodel.tpugraphs.knowledge``). Its manifest's ``metrics``
 the cross-validated numbers. The fold models' scores are cached in
 ``runs/xla_cpu/cv.json`` (keyed by the data's and the recipe's fingerprint); the
 target folds' scores are the prior of the fleet simulation
-(``xla_costmodel.benchmarks.fleet``). Training is single-threaded and seeded: a rerun
+(``xla_costmodel.studies.fleet``). Training is single-threaded and seeded: a rerun
 gives the same numbers.
 """
 
@@ -51,8 +51,10 @@ import numpy.typing as npt
 import typer
 from rich.console import Console
 
+from xla_costmodel import paths
 from xla_costmodel.clients.xla.measure import normalised_medians
 from xla_costmodel.models.evaluate import nan_to_none
+from xla_costmodel.paths import existing
 from xla_costmodel.tpugraphs import machine, xla_cpu
 from xla_costmodel.tpugraphs.collections import XLA_CPU
 from xla_costmodel.tpugraphs.metrics import mean_metrics
@@ -61,8 +63,6 @@ from xla_costmodel.tpugraphs.reader import load_npz
 if TYPE_CHECKING:
     from xla_costmodel.models.train import TrainConfig
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "datasets" / "xla_cpu"
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -95,7 +95,7 @@ class Program:
         return f"{self.target}/{self.name}"
 
     def targets(self) -> F64:
-        return self.runtimes / self.runtimes[0]
+        return np.asarray(self.runtimes / self.runtimes[0], np.float64)
 
     def row_index(self, row: F32) -> int | None:
         """Where this program measured ``row`` (None: it did not, e.g. a failed compile)."""
@@ -234,20 +234,17 @@ def run_folds(
     from xla_costmodel.models.checkpoint import save_checkpoint
     from xla_costmodel.models.train import fit, score_all
 
-    splits = []
+    # (kind, held-out value, the Program attribute it is compared with)
+    splits: list[tuple[str, str, str]] = []
     if "family" in kinds:
-        splits += [
-            ("family", f, lambda p, f=f: p.family == f) for f in families(programs)
-        ]
+        splits += [("family", f, "family") for f in families(programs)]
     if "target" in kinds and len(targets_of(programs)) > 1:
-        splits += [
-            ("target", t, lambda p, t=t: p.target == t) for t in targets_of(programs)
-        ]
+        splits += [("target", t, "target") for t in targets_of(programs)]
     folds = []
-    for kind, held, out in splits:
+    for kind, held, attr in splits:
         start = time.monotonic()
-        train = [p for p in programs if not out(p)]
-        test = [p for p in programs if out(p)]
+        train = [p for p in programs if getattr(p, attr) != held]
+        test = [p for p in programs if getattr(p, attr) == held]
         console.print(f"fold {kind} {held}: train {len(train)}, test {len(test)}")
         result = fit([p.path for p in train], [], cfg, runs / kind / held, console)
         save_checkpoint(result, runs / kind / held)
@@ -513,14 +510,18 @@ def write_seeds(programs: Sequence[Program], path: Path) -> Path:
 
 
 def run(
-    data: Annotated[Path, typer.Option(help="The collected xla_cpu folder.")] = DATA,
-    out: Annotated[Path, typer.Option(help="Artifact directory to write.")] = REPO
-    / "models/artifacts/xla_cpu/1",
-    checkpoint: Annotated[Path, typer.Option(help="PyTorch checkpoint folder.")] = REPO
-    / "models/checkpoints/xla_cpu/1",
+    data: Annotated[
+        Path, typer.Option(help="The collected xla_cpu folder.")
+    ] = paths.XLA_CPU_DATA,
+    out: Annotated[
+        Path, typer.Option(help="Artifact directory to write.")
+    ] = paths.ARTIFACTS / "xla_cpu/1",
+    checkpoint: Annotated[
+        Path, typer.Option(help="PyTorch checkpoint folder.")
+    ] = paths.CHECKPOINTS / "xla_cpu/1",
     runs: Annotated[
         Path, typer.Option(help="Epoch logs, fold models, CV cache.")
-    ] = REPO / "runs/xla_cpu",
+    ] = paths.RUNS / "xla_cpu",
     epochs: int = EPOCHS,
     seed: int = 0,
     json_: Annotated[
@@ -530,7 +531,7 @@ def run(
     """Cross-validate the recipe by family, then train and export the shipped model."""
     console = Console(stderr=True)
     # Relative paths keep machine paths out of the committed manifest.
-    data = Path(os.path.relpath(data.resolve()))
+    data = Path(os.path.relpath(existing(data, "--data", "xla_cpu dataset")))
     start = time.monotonic()
     report = build(data, out, checkpoint, runs, recipe_config(seed, epochs), console)
     console.print(f"{out}: done in {time.monotonic() - start:.0f} s")

@@ -22,18 +22,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from xla_costmodel.runner import SessionOptions
 from xla_costmodel.service.core.adaptation import Adaptation
 from xla_costmodel.service.core.auth import FeedbackAuth
-from xla_costmodel.service.core.cache import EmbeddingCache
+from xla_costmodel.service.core.cache import EmbeddingCache, embedding_memory
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.feedback import FeedbackRecorder
 from xla_costmodel.service.core.fleet import FleetGain
 from xla_costmodel.service.core.graph_archive import GraphArchive
+from xla_costmodel.service.core.graph_meta import GraphMetaStore
+from xla_costmodel.service.core.graphs import Graphs
 from xla_costmodel.service.core.inputs import Limits
 from xla_costmodel.service.core.knowledge import TargetKnowledge
-from xla_costmodel.service.core.memory import MemoryLRU
 from xla_costmodel.service.core.ranker import Ranker
+from xla_costmodel.service.core.recent import RecentRankings
 from xla_costmodel.service.core.redis_store import RedisStore, connect
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.core.retention import Retention
+from xla_costmodel.service.core.scoring import Scorer
+from xla_costmodel.service.core.shaping import Shaper
 from xla_costmodel.service.errors import (
     InvalidRequest,
     ServiceError,
@@ -65,8 +69,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             settings.redis_connect_timeout_s,
         )
         redis = RedisStore(client, settings.cache_ttl_s, settings.redis_cooldown_s)
-    memory = MemoryLRU(settings.memory_cache_bytes)
-    metrics.watch_memory(lambda: memory.nbytes, lambda: len(memory))
+    memory = embedding_memory(settings.memory_cache_bytes)
+    metrics.watch_memory(lambda: memory.used, lambda: len(memory))
     app.state.cache = cache = EmbeddingCache(memory, redis, metrics)
     options = SessionOptions(settings.intra_op_threads, settings.inter_op_threads)
     app.state.registry = registry = ModelRegistry(
@@ -96,22 +100,27 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.knowledge = knowledge = TargetKnowledge(
         db, metrics, settings.knowledge_max_rows
     )
-    app.state.ranker = ranker = Ranker(
-        registry,
-        cache,
-        limits,
-        metrics,
-        settings.inference_workers,
-        settings.score_chunk_rows,
-        GraphArchive(db, metrics),
-        adaptation,
-        knowledge,
-        settings.recent_rankings_bytes,
-        settings.shared_ranking_bytes,
+    scorer = Scorer(metrics, settings.inference_workers, settings.score_chunk_rows)
+    records = GraphMetaStore(redis, metrics)
+    archive = GraphArchive(db, metrics)
+    graphs = Graphs(limits, cache, records, archive, knowledge, scorer)
+    shared = redis if settings.shared_ranking_bytes else None
+    recent = RecentRankings(
+        settings.recent_rankings_bytes, shared, metrics, settings.shared_ranking_bytes
     )
+    shaper = Shaper(adaptation, knowledge, scorer, metrics)
+    app.state.ranker = Ranker(registry, graphs, scorer, shaper, recent, limits)
     quota = Quota(settings.feedback_quota_rows, settings.feedback_quota_window_s)
     app.state.feedback = FeedbackRecorder(
-        ranker, metrics, quota if settings.feedback_quota_rows else None
+        registry,
+        graphs,
+        scorer,
+        recent,
+        db,
+        knowledge,
+        limits,
+        metrics,
+        quota if settings.feedback_quota_rows else None,
     )
     app.state.feedback_auth = FeedbackAuth(
         db, settings.feedback_tokens_required, metrics
@@ -150,6 +159,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await knowledge.stop()
         await retention.stop()
         await cache.aclose()
+        if redis is not None:
+            await redis.aclose()
         await anyio.to_thread.run_sync(db.close)
         metrics.close()
 

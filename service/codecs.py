@@ -17,7 +17,12 @@ import numpy as np
 from pydantic import ValidationError
 
 from xla_costmodel.service.core.hlo import HloText
-from xla_costmodel.service.core.inputs import GRAPH_KEYS, RawGraph, config_array
+from xla_costmodel.service.core.inputs import (
+    GRAPH_KEYS,
+    RawGraph,
+    config_array,
+    one_graph,
+)
 from xla_costmodel.service.core.ranker import RankRequest, UploadRequest
 from xla_costmodel.service.core.raw_configs import RawConfigs
 from xla_costmodel.service.errors import (
@@ -158,7 +163,7 @@ def _json_graph(body: bytes, max_decoded: int) -> RawGraph:
 
 
 def _hlo_graph(body: bytes, max_decoded: int) -> HloText:
-    # The size bound (COSTMODEL_MAX_HLO_BYTES) is the ranker's, on the loop, before
+    # The size bound (COSTMODEL_MAX_HLO_BYTES) is core.graphs', on the loop, before
     # the text is parsed: body and JSON "hlo" alike.
     # XLA text is ASCII outside strings; a stray byte in metadata is replaced rather
     # than failing the module (as ``costmodel featurize`` does).
@@ -209,8 +214,7 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
 
 def json_rank_graph(req: RankIn | FeedbackIn, nbytes: int) -> RawGraph | HloText | None:
     """The graph of a rank or feedback body: by id (None), arrays, or HLO text."""
-    if sum(v is not None for v in (req.graph_id, req.graph, req.hlo)) != 1:
-        raise InvalidRequest("give exactly one of graph_id, graph or hlo", "graph_id")
+    one_graph(req.graph_id, req.graph, req.hlo)
     if req.configurable is not None and req.hlo is None:
         raise InvalidRequest("configurable goes with hlo", "configurable")
     if req.hlo is not None:
@@ -264,6 +268,7 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         )
     raw = _npz_raw_graph(arrays)
     graph = raw if raw.arrays else None
+    one_graph(params.graph_id, graph)
     return RankRequest(
         params.model,
         params.model_version,

@@ -28,9 +28,9 @@ from prometheus_client import (
 )
 
 from xla_costmodel.runner import ArtifactRunner
-from xla_costmodel.service.core.cache import Level
 from xla_costmodel.service.core.feedback import Quality
 from xla_costmodel.service.core.fleet import FleetSnapshot
+from xla_costmodel.service.core.tiered import Level
 from xla_costmodel.service.fleet_metrics import FleetCollector
 from xla_costmodel.service.process_memory import memory_limit_bytes, resident_bytes
 
@@ -262,6 +262,38 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         self.memory_limit.set(memory_limit_bytes())
+        self.generation_lookups = Counter(
+            "costmodel_generation_lookups",
+            "Measurement generations asked for by outcome "
+            "(hit: cached and known fresh; read: a database query).",
+            ["outcome"],
+            registry=r,
+        )
+        self.generation_invalidations = Counter(
+            "costmodel_generation_invalidations",
+            "Cached generations dropped: by this "
+            "process's writes, another's (Redis), or all at a (re)subscription.",
+            ["source"],
+            registry=r,
+        )
+        self.generation_subscribed = Gauge(
+            "costmodel_generation_subscribed",
+            "1 while the invalidation subscription "
+            "is live (else COSTMODEL_FRESHNESS_S bounds staleness); lowest over workers.",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.generation_errors = Counter(
+            "costmodel_generation_errors",
+            "Redis failures of generation notification (each only shortens trust).",
+            ["op"],
+            registry=r,
+        )
+        self.db_statements = Counter(
+            "costmodel_db_statements",
+            "Statements sent to the measurement database.",
+            registry=r,
+        )
         self._loaded: dict[str, list[tuple[str, str, str]]] = {}
         self._memory: tuple[Callable[[], float], Callable[[], float]] | None = None
         self._ready: Callable[[], bool] | None = None
@@ -323,7 +355,7 @@ class Metrics:
             self._rss_sampled = now
             self.resident_bytes.set(resident_bytes())
 
-    # xla_costmodel.service.core.cache.CacheEvents
+    # xla_costmodel.service.core.tiered.CacheEvents
     def cache_hit(self, level: Level) -> None:
         self.cache_hits.labels(level).inc()
         self._sample_gauges()
@@ -338,7 +370,7 @@ class Metrics:
     def cache_bypass(self, level: Level) -> None:
         self.cache_bypassed.labels(level).inc()
 
-    # xla_costmodel.service.core.ranker.StageEvents
+    # xla_costmodel.service.core.scoring.StageEvents
     def encoded(self, model: str, seconds: float) -> None:
         self.encode_seconds.labels(model).observe(seconds)
 
@@ -360,7 +392,7 @@ class Metrics:
     def model_reload(self, name: str, result: str) -> None:
         self.reloads.labels(name, result).inc()
 
-    # xla_costmodel.service.core.adaptation.AdaptEvents, GraphArchive's events
+    # core.adaptation.AdaptEvents, core.shaping.ShapeEvents, GraphArchive's events
     def adaptation_fitted(self, model: str, seconds: float, used: int) -> None:
         self.adapt_fits.labels(model).observe(seconds)
         self.adapt_measurements.labels(model).observe(used)
@@ -374,6 +406,23 @@ class Metrics:
 
     def store_error(self, op: str) -> None:
         self.store_errors.labels(op).inc()
+
+    # xla_costmodel.service.core.generations.GenerationEvents
+    def generation_lookup(self, hit: bool) -> None:
+        self.generation_lookups.labels("hit" if hit else "read").inc()
+
+    def generation_invalidated(self, source: str) -> None:
+        self.generation_invalidations.labels(source).inc()
+
+    def generation_subscription(self, live: bool) -> None:
+        self.generation_subscribed.set(1 if live else 0)
+
+    def generation_error(self, op: str) -> None:
+        self.generation_errors.labels(op).inc()
+
+    # xla_costmodel.service.store.engine.StatementCounter.listen
+    def db_statement(self) -> None:
+        self.db_statements.inc()
 
     # xla_costmodel.service.core.feedback.FeedbackEvents
     def feedback_stored(

@@ -172,6 +172,7 @@ def _exactly_one(
 
 
 # ``configurable`` names instructions of an ``hlo`` module: with arrays it is refused.
+# Documents the rule ``xla_costmodel.service.core.inputs.one_graph`` checks.
 _ONE_GRAPH = _exactly_one(
     {"graph_id": "string", "graph": "object", "hlo": "string"},
     nulls={"graph_id": "configurable", "graph": "configurable"},

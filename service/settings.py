@@ -15,10 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from xla_costmodel import shipped_models
+
 MiB = 1 << 20
-# The shipped artifacts: models/artifacts in the repository, and in an installed
-# package (they are its package data), wherever it was installed.
-SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "models" / "artifacts"
 
 
 class Settings(BaseSettings):
@@ -41,7 +40,7 @@ class Settings(BaseSettings):
         description="uvicorn worker processes, each loading every model; metrics "
         "merged across them (docs/serving-workers.md)",
     )
-    model_dir: Path = SHIPPED_MODELS
+    model_dir: Path = Field(default_factory=shipped_models)
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["tile", "layout", "xla_cpu"], min_length=1
     )
@@ -72,7 +71,7 @@ class Settings(BaseSettings):
     )
     # Small enough that the layout scorer's per-row intermediates stay in cache and
     # the onnxruntime arena stays small: 1,001 nlp configs cost ~20% less server CPU
-    # than at 262,144 (benchmarks/README.md); 8,192-65,536 measured the same.
+    # than at 262,144 (bench/README.md); 8,192-65,536 measured the same.
     score_chunk_rows: int = Field(
         default=32_768,
         ge=1,
@@ -130,6 +129,14 @@ class Settings(BaseSettings):
         gt=0,
         description="how often each process checks a target's measurements for "
         "changes and refits its knowledge (the cross-replica staleness bound)",
+    )
+    freshness_s: float = Field(
+        default=0.1,
+        gt=0,
+        le=60,
+        description="while measurement generations cannot be notified (no Redis with "
+        "several processes, or Redis down), a cached one is trusted this long: the "
+        "staleness bound of adaptation then (service/core/generations.py)",
     )
     knowledge_max_rows: int = Field(
         default=200_000,

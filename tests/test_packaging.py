@@ -1,9 +1,11 @@
 """The distribution as users install it: one import package, a light base install that
 is the client, and a CLI that names the extra a command needs.
 
-Builds the wheel and the sdist from this tree, installs the wheel **without extras**
-into a fresh virtualenv (dependencies from the package index), and uses it from a
-folder that has its own ``clients/`` and ``models/`` packages.
+Builds the sdist from this tree and the wheel **from that sdist** (what ``pip install``
+of an sdist does: the tree's folder links are files in the sdist), installs the wheel
+**without extras** into a fresh virtualenv (dependencies from the package index) and
+uses it from a folder that has its own ``clients/`` and ``models/`` packages; then
+installs ``[service]`` from it into another and serves the shipped models.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import venv
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
+
+from xla_costmodel.procs import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("onnxruntime", "fastapi", "uvicorn", "redis", "torch", "jax", "sqlalchemy")
@@ -41,13 +47,28 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "-m",
         "build",
         "--no-isolation",
-        "--wheel",
         "--sdist",
         "--outdir",
         out,
         REPO,
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    sdist = next(out.glob("xla_costmodel-*.tar.gz"))
+    # The wheel from the sdist alone: nothing of the checkout is reachable from here.
+    wheeled = run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        out,
+        sdist,
+        cwd=tmp_path_factory.mktemp("elsewhere"),
+    )
+    assert wheeled.returncode == 0, wheeled.stdout[-3000:] + wheeled.stderr[-3000:]
     return out
 
 
@@ -63,9 +84,8 @@ def base_env(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_the_wheel_holds_one_package_and_the_sdist_builds(dist: Path) -> None:
+def test_the_wheel_built_from_the_sdist_holds_one_package(dist: Path) -> None:
     wheel = next(dist.glob("xla_costmodel-*.whl"))
-    assert next(dist.glob("xla_costmodel-*.tar.gz"))
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
     tops = {n.split("/", 1)[0] for n in names if ".dist-info/" not in n}
@@ -76,6 +96,7 @@ def test_the_wheel_holds_one_package_and_the_sdist_builds(dist: Path) -> None:
         "xla_costmodel/service/app.py",
         "xla_costmodel/tpugraphs/reader.py",
         "xla_costmodel/models/artifacts/tile/1/manifest.json",
+        "xla_costmodel/models/artifacts/xla_cpu/1/knowledge.npz",
         "xla_costmodel/service/store/migrations/env.py",
     ):
         assert needed in names, needed
@@ -138,3 +159,80 @@ def test_the_command_works_and_names_missing_extras(
     # The client's own command runs on the base install.
     replay = run(costmodel, "replay", "--help", cwd=tmp_path)
     assert replay.returncode == 0 and "--rounds" in replay.stdout
+
+
+# Ranks a real program's HLO text with the installed client against the served shipped
+# xla_cpu model: the package data (artifacts, seeds, migrations) came through the wheel.
+RANK = """
+import sys
+from xla_costmodel.clients import CostModelClient
+from xla_costmodel.tpugraphs import xla_cpu
+
+url, hlo = sys.argv[1], open(sys.argv[2]).read()
+with CostModelClient(url) as client:
+    result = client.rank("xla_cpu", hlo, xla_cpu.sample(16, seed=0), top_k=4)
+print(result.model_version, len(result.top_k), sorted(set(result.top_k)) == sorted(result.top_k))
+"""
+
+
+@pytest.mark.slow
+def test_the_service_extra_serves_the_shipped_models(
+    dist: Path, tmp_path_factory: pytest.TempPathFactory, shared_data: Path
+) -> None:
+    root = tmp_path_factory.mktemp("service-venv")
+    venv.create(root, with_pip=True)
+    wheel = next(dist.glob("*.whl"))
+    installed = run(
+        root / "bin" / "python", "-m", "pip", "install", "-q", f"{wheel}[service]"
+    )
+    assert installed.returncode == 0, (
+        installed.stdout[-3000:] + installed.stderr[-3000:]
+    )
+    work = tmp_path_factory.mktemp("serve-cwd")  # no checkout anywhere near
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COSTMODEL_", "PYTHONPATH"))
+    }
+    env["COSTMODEL_DATA_DIR"] = str(work / "data")
+    server = subprocess.Popen(
+        [
+            root / "bin" / "costmodel",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("the installed service never became ready")
+        listed = httpx.get(f"{url}/v1/models", timeout=5).json()
+        names = {m["name"] for m in listed["models"]}
+        assert names == {"tile", "layout", "xla_cpu"}, listed
+        script = work / "rank.py"
+        script.write_text(RANK)
+        hlo = shared_data / "hlo" / "jax" / "mlp_infer.hlo.txt"
+        ranked = run(root / "bin" / "python", script, url, hlo, cwd=work)
+        assert ranked.returncode == 0, ranked.stderr[-3000:]
+        assert ranked.stdout.split() == ["1", "4", "True"], ranked.stdout
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

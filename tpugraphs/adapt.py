@@ -4,7 +4,7 @@ An autotuner measures configs anyway; ``fit`` turns those measurements (plus, if
 given, the learned model's scores for the same configs, the *prior*) into an
 ``Adapter`` that ranks the graph's other configs. numpy only, deterministic.
 
-Method (chosen by ``python -m xla_costmodel.benchmarks.adaptation``; see benchmarks/README.md):
+Method (chosen by ``python -m xla_costmodel.studies.adaptation``; see studies/README.md):
 
 1. Repeated configs are merged: mean log runtime (and mean prior) per distinct config.
 2. Target: a standardised monotone transform of log runtime, ``hybrid`` = mid-rank

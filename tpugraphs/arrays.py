@@ -19,7 +19,6 @@ from xla_costmodel.tpugraphs.collections import (
     CollectionSpec,
     get,
     infer,
-    of_shape,
 )
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.spec import (
@@ -56,12 +55,6 @@ class Graph:
     @property
     def num_configurable(self) -> int:
         return 0 if self.node_config_ids is None else int(self.node_config_ids.shape[0])
-
-    @property
-    def collection(self) -> Collection:
-        """The first collection of this graph's shape: layout with configurable nodes,
-        else tile (an xla_cpu graph looks the same; its configs tell them apart)."""
-        return of_shape(self.node_config_ids is not None).name
 
     @property
     def nbytes(self) -> int:

@@ -107,6 +107,8 @@ class CollectionSpec:
     file_keys: tuple[str, ...]  # the keys of its npz files, in file order
     # The key a file is recognised by (None: every file no other collection claims).
     marker: str | None
+    # Its files' folder under a dataset's ``npz/`` (the TpuGraphs layout).
+    dataset_dir: str
     # The ``config_spec`` its files carry (None: they carry none).
     config_spec: str | None = None
     raw: RawRows | None = None  # per_node raw configs have their own encoder
@@ -200,6 +202,7 @@ TILE: Final = CollectionSpec(
     small_int_configs=False,
     file_keys=TILE_KEYS,
     marker=None,
+    dataset_dir="tile/xla",
     raw=RawRows(is_tile_json, tile_rows_from_json, TILE_JSON_SCHEMA),
 )
 LAYOUT: Final = CollectionSpec(
@@ -217,6 +220,7 @@ LAYOUT: Final = CollectionSpec(
     small_int_configs=True,
     file_keys=LAYOUT_KEYS,
     marker="node_config_feat",
+    dataset_dir="layout/xla/default",
     eval_indices=True,
 )
 XLA_CPU_METRICS: Final = MetricSet(TILE_METRICS.ks, TILE_METRICS.slowdown_key, True)
@@ -235,6 +239,7 @@ XLA_CPU: Final = CollectionSpec(
     small_int_configs=True,
     file_keys=XLA_CPU_KEYS,
     marker=CONFIG_SPEC_KEY,
+    dataset_dir="xla_cpu",
     config_spec=xla_cpu.SPEC,
     raw=RawRows(is_xla_cpu_json, xla_cpu_rows_from_json, XLA_CPU_JSON_SCHEMA),
     default_config=tuple(xla_cpu.default_row().tolist()),
@@ -251,10 +256,6 @@ if tuple(COLLECTIONS) != get_args(Collection) or sorted(
     c.name for c in RECOGNITION
 ) != sorted(COLLECTIONS):
     raise AssertionError("spec.Collection and the registry must name the same ones")
-for _per_node in (False, True):
-    _widths = [c.width for c in COLLECTIONS.values() if c.per_node == _per_node]
-    if len(set(_widths)) != len(_widths):  # config_collection tells them by width
-        raise AssertionError("collections of one shape need distinct widths")
 
 
 def get(name: str) -> CollectionSpec:
@@ -270,17 +271,6 @@ def infer(arrays: Mapping[str, Any] | Iterable[str]) -> CollectionSpec:
     """The collection of a file from its keys (an open npz's ``files`` will do)."""
     keys = set(arrays)
     return next(c for c in RECOGNITION if c.marker is None or c.marker in keys)
-
-
-def of_shape(per_node: bool, width: int | None = None) -> CollectionSpec:
-    """The collection whose configs have this shape: ``per_node`` and, among those,
-    the given ``width``; the first declared when the width matches none (or is None).
-
-    A graph alone does not tell tile from xla_cpu (neither has configurable nodes):
-    its configs' width does.
-    """
-    shaped = [c for c in COLLECTIONS.values() if c.per_node == per_node]
-    return next((c for c in shaped if c.width == width), shaped[0])
 
 
 def config_keys() -> tuple[str, ...]:

@@ -28,7 +28,7 @@ behave like the convolutional programs of the target borrows their winners.
 
 Deterministic, numpy only; the service refits it off the request path and the fleet
 simulation (``costmodel simulate``) runs the same code. The constants were chosen by
-that simulation's leave-families-out runs (benchmarks/README.md).
+that simulation's leave-families-out runs (studies/README.md).
 """
 
 from __future__ import annotations

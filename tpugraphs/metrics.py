@@ -85,8 +85,6 @@ class MetricSet:
 
 TILE_METRICS = MetricSet((1, 5, 10), "top{k}_slowdown", kendall=False)
 LAYOUT_METRICS = MetricSet((1, 10, 100), "slowdown_at_{k}", kendall=True)
-TILE_KS = TILE_METRICS.ks
-LAYOUT_KS = LAYOUT_METRICS.ks
 TILE_KEYS = TILE_METRICS.keys
 LAYOUT_KEYS = LAYOUT_METRICS.keys
 NO_LAYOUT_DEFAULT = "layout npz files do not mark which config is the compiler default"
@@ -187,35 +185,6 @@ def _count_inversions(ranks: npt.NDArray[np.int64]) -> float:
     return float(total)
 
 
-def tile_metrics(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> dict[str, float]:
-    return TILE_METRICS(scores, runtimes)
-
-
-def layout_metrics(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> dict[str, float]:
-    return LAYOUT_METRICS(scores, runtimes)
-
-
-def metrics_for(
-    collection: str, scores: npt.ArrayLike, runtimes: npt.ArrayLike
-) -> dict[str, float]:
-    """The metrics of ``collection`` (its declared ``MetricSet``)."""
-    return _metric_set(collection)(scores, runtimes)
-
-
-def random_baseline(collection: str, runtimes: npt.ArrayLike) -> dict[str, float]:
-    return _metric_set(collection).random_baseline(runtimes)
-
-
-def default_baseline_tile(
-    runtimes: npt.ArrayLike, normalizer: float
-) -> dict[str, float]:
-    return TILE_METRICS.default_baseline(runtimes, normalizer)
-
-
-def default_baseline_layout() -> dict[str, float | str | None]:
-    return LAYOUT_METRICS.no_default(NO_LAYOUT_DEFAULT)
-
-
 def mean_metrics(
     rows: Iterable[Mapping[str, float]], keys: Iterable[str]
 ) -> dict[str, float | None]:
@@ -227,15 +196,3 @@ def mean_metrics(
         values = values[~np.isnan(values)]
         out[key] = float(values.mean()) if values.size else None
     return out
-
-
-def metric_keys(collection: str) -> tuple[str, ...]:
-    return _metric_set(collection).keys
-
-
-def _metric_set(collection: str) -> MetricSet:
-    # The registry declares each collection's MetricSet and imports this module for
-    # it, so the lookup is imported when first needed.
-    from xla_costmodel.tpugraphs.collections import get
-
-    return get(collection).metrics

@@ -5,15 +5,21 @@ One import namespace; the repository's folders map onto it (``pyproject.toml``):
     xla_costmodel              this folder: the artifact contract and the CLI
     xla_costmodel.tpugraphs    tpugraphs/   numpy-only format core
     xla_costmodel.clients      clients/     the client an autotuner imports
+    xla_costmodel.collection   collection/  xla_cpu dataset   (extra: xla)
     xla_costmodel.service      service/     the server        (extra: service)
     xla_costmodel.models       models/      training, export  (extra: train)
-    xla_costmodel.benchmarks   benchmarks/  make bench        (extra: bench)
+    xla_costmodel.bench        bench/       make bench        (extra: bench)
+    xla_costmodel.chaos        chaos/       make chaos        (extra: bench)
+    xla_costmodel.studies      studies/     research studies  (extra: bench)
+    xla_costmodel.procs        procs.py     the processes tests and runs start
 
 The base install is the client (numpy, httpx) plus what the ``costmodel`` command
 needs (typer, rich); nothing here imports more at import time.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 DISTRIBUTION = "xla-costmodel"
 
@@ -27,3 +33,12 @@ def version() -> str:
         return installed(DISTRIBUTION)
     except PackageNotFoundError:  # a source tree that was never installed
         return "0+unknown"
+
+
+def shipped_models() -> Path:
+    """The shipped artifacts (``models/artifacts``): package data of
+    ``xla_costmodel.models``, found through the import system wherever it was
+    installed (a checkout, a wheel, an sdist built into a wheel)."""
+    from importlib.resources import files
+
+    return Path(str(files("xla_costmodel.models") / "artifacts"))

@@ -34,11 +34,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("xla_costmodel.service.cli:serve", "service"),
     "replay": ("xla_costmodel.clients.cli:replay", ""),
     "featurize": ("xla_costmodel.tpugraphs.hlo.cli:featurize", ""),
-    "bench": ("xla_costmodel.benchmarks.cli:bench", "bench"),
-    "chaos": ("xla_costmodel.benchmarks.chaos_cli:chaos", "bench"),
-    "collect": ("xla_costmodel.clients.xla.collect:collect", "xla"),
+    "bench": ("xla_costmodel.bench.cli:bench", "bench"),
+    "chaos": ("xla_costmodel.chaos.cli:chaos", "bench"),
+    "collect": ("xla_costmodel.collection.collect:collect", "xla"),
     "tune": ("xla_costmodel.clients.xla.tune_cli:tune", "xla"),
-    "simulate": ("xla_costmodel.benchmarks.fleet:simulate_cli", "xla"),
+    "simulate": ("xla_costmodel.studies.fleet:simulate_cli", "xla"),
 }
 # group name -> (help, {command name -> ("module:function", extra)})
 GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {

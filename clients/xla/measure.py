@@ -26,7 +26,7 @@ I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
-class Protocol:
+class TimingProtocol:
     """How much to measure. Rounds continue past ``min_rounds`` while the time spent
     is under ``budget_s``, up to ``max_rounds``."""
 
@@ -65,7 +65,7 @@ def time_once(runner: Runner, clock: Callable[[], int] = time.perf_counter_ns) -
 
 def measure(
     runners: Sequence[Runner],
-    protocol: Protocol,
+    protocol: TimingProtocol,
     rng: np.random.Generator,
     clock: Callable[[], int] = time.perf_counter_ns,
 ) -> Measurement:

@@ -10,7 +10,7 @@ the service's adapted ranking, with ``explore`` of their picks still from the
 portfolio order (which the service re-weights by what this graph measured), and the
 last round exploits only. ``costmodel tune`` and the fleet simulation (``costmodel
 simulate``) share this module; the split was chosen by that simulation
-(benchmarks/README.md). Sans I/O, numpy only.
+(studies/README.md). Sans I/O, numpy only.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@
 Some option sets make XLA:CPU emit code that segfaults (in the compiler or when the
 executable first runs): that kills the process, so it cannot be caught. Every compile
 and first run is therefore bracketed in an on-disk journal (``.<name>.journal``,
-fsync'ed); ``costmodel collect`` runs its work in a child process and restarts it
-after a crash, and the restarted worker finds the entry that began but never ended,
-records it as crashed and leaves it out. The first run also compares each config's
-output with the default's (``max_rel_diff``), so a miscompile shows in the sidecar.
+fsync'ed); ``costmodel tune`` and ``costmodel collect`` run their work in a child
+process and restart it after a crash (``isolate.py``), and the restarted worker
+finds the entry that began but never ended, records it as crashed and leaves it out.
+The first run also compares each config's output with the default's
+(``max_rel_diff``), so a miscompile shows (a failed config, a sidecar entry).
 """
 
 from __future__ import annotations

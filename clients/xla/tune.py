@@ -62,7 +62,7 @@ from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import prepare_graph
-from xla_costmodel.clients.xla.measure import Protocol
+from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.pickers import ModelPicker, Picker, RandomPicker
 from xla_costmodel.clients.xla.tune_rounds import (
     TUNE_PROTOCOL,
@@ -144,7 +144,7 @@ def tune(
     candidates: int = 256,
     target: str | None = None,
     min_gain: float = 0.02,
-    protocol: Protocol = TUNE_PROTOCOL,
+    protocol: TimingProtocol = TUNE_PROTOCOL,
     crash_dir: Path | None = None,
     progress: Log | None = None,
 ) -> TuneReport:

@@ -2,7 +2,7 @@
 
 ``NAME`` is a zero-argument function in ``FILE.py`` returning ``(fn, args)``, like a
 zoo program's builder; the tuning is ``xla_costmodel.clients.xla.tune``, run in a
-child process (``collect.supervise``) that is restarted if XLA crashes it. jax is
+child process (``isolate.supervise``) that is restarted if XLA crashes it. jax is
 imported by that child (by the file, and by ``tune``), never at import.
 """
 
@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xla_costmodel.clients.client import CostModelClient
-from xla_costmodel.clients.xla.collect import supervise
+from xla_costmodel.clients.xla.isolate import supervise
 from xla_costmodel.clients.xla.tune import TuneReport
 from xla_costmodel.clients.xla.tune import tune as run_tune
 from xla_costmodel.tpugraphs import xla_cpu

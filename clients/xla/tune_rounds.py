@@ -23,7 +23,12 @@ import numpy.typing as npt
 
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.xla import decide, policy
-from xla_costmodel.clients.xla.measure import Protocol, disagreement, measure, time_once
+from xla_costmodel.clients.xla.measure import (
+    TimingProtocol,
+    disagreement,
+    measure,
+    time_once,
+)
 from xla_costmodel.clients.xla.pickers import Picker
 from xla_costmodel.tpugraphs import xla_cpu
 
@@ -33,7 +38,7 @@ Log = Callable[[str], None]
 Rows = npt.NDArray[np.float32]
 # A tuning run measures a handful of executables several times: keep each measurement
 # short; rounds stop after 10 s once 3 are done.
-TUNE_PROTOCOL = Protocol(runs=3, min_rounds=3, max_rounds=5, budget_s=10.0)
+TUNE_PROTOCOL = TimingProtocol(runs=3, min_rounds=3, max_rounds=5, budget_s=10.0)
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class TuneConfig:
     min_gain: float = decide.MIN_GAIN  # a kept config is at least this much faster
     alpha: float = decide.ALPHA  # and faster at this significance (Mann-Whitney)
     repeats: int = decide.REPEATS  # interleaved pairs per finalist
-    protocol: Protocol = TUNE_PROTOCOL
+    protocol: TimingProtocol = TUNE_PROTOCOL
     deadline: float | None = 30.0  # seconds per service call
     # A config whose output differs more from the default's (max |diff| / max |ref|
     # per output) is treated as failed: it changed the numerics, not just the speed.
@@ -109,7 +114,7 @@ class Measured:
 class Bench:
     """The lowered program, its default controls and every measurement's noise.
 
-    Compiling goes through the collector's ``probe``: each executable runs once after
+    Compiling goes through ``probe``: each executable runs once after
     compiling and its output is compared with the default's (``max_rel_diff``). The
     controls are the default compiled under spellings of it that jax's compile cache
     keeps apart (``probe.CONTROL_OPTIONS``), ``{}`` the first.

@@ -17,12 +17,10 @@ A database failure means no adaptation: logged and counted, never an error.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio.to_thread
 import numpy as np
@@ -30,6 +28,7 @@ import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.shares import Shared, fit_by_writer
 from xla_costmodel.service.store import StoreError
 from xla_costmodel.tpugraphs.adapt import Adapter
@@ -43,7 +42,6 @@ Key = tuple[str, str, str, str]  # model, version, target, graph_id
 
 class AdaptEvents(Protocol):
     def adaptation_fitted(self, model: str, seconds: float, used: int) -> None: ...
-    def ranking_adapted(self, model: str, adapted: bool) -> None: ...
     def store_error(self, op: str) -> None: ...
 
 
@@ -77,10 +75,8 @@ class Adaptation:
         self.events = events
         self.min_measurements = min_measurements
         self.max_measurements = max_measurements
-        self._cache_entries = cache_entries
-        self._rows: OrderedDict[Key, Observed] = OrderedDict()
-        self._fits: OrderedDict[Key, _Fit] = OrderedDict()
-        self._lock = threading.Lock()  # fitters run in worker threads
+        self._rows: LRU[Key, Observed] = LRU(cache_entries)
+        self._fits: LRU[Key, _Fit] = LRU(cache_entries)  # from worker threads too
 
     async def observed(
         self, runner: ArtifactRunner, target: str, gid: str
@@ -111,7 +107,7 @@ class Adaptation:
                     tuple(rows.writers),
                     distinct,
                 )
-                _keep(self._rows, key, found, self._cache_entries)
+                self._rows.put(key, found)
         except StoreError as exc:
             self.events.store_error("adapt")
             log.warning("ranking without adaptation", extra={"error": str(exc)})
@@ -135,8 +131,7 @@ class Adaptation:
         def fit(
             configs: F32, runtimes: F64, prior: Callable[[], F64]
         ) -> Adapter | Shared:
-            with self._lock:
-                found = self._fits.get(key)
+            found = self._fits.get(key)
             if found is not None and found.tag == full:
                 return found.adapter
             combined = prior().astype(np.float32)  # scores the measured configs
@@ -146,15 +141,7 @@ class Adaptation:
             self.events.adaptation_fitted(
                 runner.name, time.perf_counter() - start, adapter.measurements
             )
-            with self._lock:
-                _keep(self._fits, key, _Fit(full, adapter), self._cache_entries)
+            self._fits.put(key, _Fit(full, adapter))
             return adapter
 
         return fit
-
-
-def _keep(cache: OrderedDict[Key, Any], key: Key, value: Any, entries: int) -> None:
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > entries:
-        cache.popitem(last=False)

@@ -22,9 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.graphs import Graphs
 from xla_costmodel.service.core.hlo import HloText
-from xla_costmodel.service.core.inputs import RawGraph
-from xla_costmodel.service.core.ranker import Ranker, Scored
+from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
+from xla_costmodel.service.core.knowledge import TargetKnowledge
+from xla_costmodel.service.core.recent import RecentRankings
+from xla_costmodel.service.core.registry import ModelRegistry
+from xla_costmodel.service.core.scoring import Scored, Scorer
 from xla_costmodel.service.errors import (
     FeedbackUnavailable,
     Forbidden,
@@ -36,14 +41,14 @@ from xla_costmodel.service.errors import (
 )
 from xla_costmodel.service.store import (
     AddResult,
+    IdempotencyKeyReused,
     MeasurementBatch,
     Quota,
     StoreUnavailable,
     UnknownGraph,
     Writer,
+    WriterQuotaExceeded,
 )
-from xla_costmodel.service.store import IdempotencyConflict as StoreConflict
-from xla_costmodel.service.store import QuotaExceeded as StoreQuotaExceeded
 from xla_costmodel.tpugraphs.metrics import kendall_tau, topk_slowdown
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,8 @@ class FeedbackEvents(Protocol):
 
 @dataclass(frozen=True)
 class FeedbackRequest:
+    """Exactly one of ``graph_id`` and ``graph`` (the decoder checks: ``one_graph``)."""
+
     model: str
     model_version: str | None
     graph_id: str | None
@@ -157,25 +164,40 @@ class OnlineQuality:
 
 
 class FeedbackRecorder:
-    """Checks a feedback request, scores its configs, stores it, then counts it."""
+    """Checks a feedback request, scores its configs, stores it, then counts it.
+
+    ``graphs`` and ``scorer`` score the configs as ranking does, ``recent`` finds
+    the rank answer that ``config_indices`` index; ``db`` stores, and ``knowledge``
+    hears at once of this process's own writes."""
 
     def __init__(
-        self, ranker: Ranker, events: FeedbackEvents, quota: Quota | None = None
+        self,
+        registry: ModelRegistry,
+        graphs: Graphs,
+        scorer: Scorer,
+        recent: RecentRankings,
+        db: Database,
+        knowledge: TargetKnowledge,
+        limits: Limits,
+        events: FeedbackEvents,
+        quota: Quota | None = None,
     ) -> None:
-        self.ranker = ranker
+        self.registry = registry
+        self.graphs = graphs
+        self.scorer = scorer
+        self.recent = recent
+        self.db = db
+        self.knowledge = knowledge
+        self.limits = limits
         self.events = events
         self.quota = quota  # per writer; anonymous feedback (auth off) has none
         self.online = OnlineQuality()
 
     async def record(self, req: FeedbackRequest) -> FeedbackResult:
-        runner = self.ranker.registry.get(req.model, req.model_version)
+        runner = self.registry.get(req.model, req.model_version)
         if (req.configs is None) == (req.config_indices is None):
             raise InvalidRequest(
                 "give exactly one of configs or config_indices", "configs"
-            )
-        if (req.graph is None) == (req.graph_id is None):
-            raise InvalidRequest(
-                "give exactly one of graph_id, graph or hlo", "graph_id"
             )
         if (req.ranking_id is not None) and req.config_indices is None:
             raise InvalidRequest("ranking_id goes with config_indices", "ranking_id")
@@ -235,35 +257,40 @@ class FeedbackRecorder:
     ) -> tuple[str, np.ndarray[Any, Any], npt.NDArray[np.float32]]:
         """The graph id, and the configs with the model's scores of them."""
         if req.graph is not None:
-            graph, gid = await self.ranker.graph(req.graph, runner)
-            await self.ranker.embed(runner, gid, graph)
+            graph, gid = await self.graphs.graph(req.graph, runner)
+            await self.graphs.embed(runner, gid, graph)
         else:
             gid = str(req.graph_id)
         if req.configs is not None:
-            configs, scores = await self.ranker.score(
-                runner, gid, req.configs, "configs"
-            )
+            configs, scores = await self._score(runner, gid, req.configs)
         else:
             configs, scores = await self._pick(
                 runner, gid, req.config_indices or [], str(req.ranking_id)
             )
         return gid, configs, scores
 
+    async def _score(self, runner: ArtifactRunner, gid: str, value: Any) -> Scored:
+        """Validate and score configs for a known graph; nothing is remembered."""
+        embedding, _ = await self.graphs.known(runner, gid)
+        checked = check_configs(value, runner, embedding, "configs", self.limits)
+        return await self.scorer.run(
+            self.scorer.score, runner, embedding, checked, "configs", False
+        )
+
     async def _add(self, batch: MeasurementBatch) -> AddResult:
-        db = self.ranker.archive.db
         try:
-            added = await db.run(lambda s: s.add_measurements(batch))
+            added = await self.db.run(lambda s: s.add_measurements(batch))
         except UnknownGraph:
-            self.ranker.archive.forget(batch.graph_id)
+            self.graphs.forget(batch.graph_id)
             raise GraphNotFound(
                 f"graph {batch.graph_id} is not in the measurement database (it was "
                 "ranked while the database was unavailable): send the graph inline "
                 "with the feedback (graph or hlo)",
                 "graph_id",
             ) from None
-        except StoreConflict as exc:
+        except IdempotencyKeyReused as exc:
             raise IdempotencyConflict(str(exc), "Idempotency-Key") from None
-        except StoreQuotaExceeded as exc:
+        except WriterQuotaExceeded as exc:
             raise QuotaExceeded(str(exc), exc.retry_after_s) from None
         except StoreUnavailable as exc:
             # The client hears what happened, not the driver's message (it may name
@@ -274,15 +301,15 @@ class FeedbackRecorder:
                 "feedback not stored: the measurement database is unavailable; "
                 "retry later"
             ) from None
-        self.ranker.knowledge.touch()  # this process knows its own writes at once
+        self.knowledge.touch()  # this process knows its own writes at once
         return added
 
     def _runtimes(self, values: Sequence[int]) -> npt.NDArray[np.int64]:
         if not values:
             raise InvalidRequest("no runtimes given", "runtimes_ns")
-        if len(values) > self.ranker.limits.max_configs:
+        if len(values) > self.limits.max_configs:
             raise InvalidRequest(
-                f"more than {self.ranker.limits.max_configs} runtimes", "runtimes_ns"
+                f"more than {self.limits.max_configs} runtimes", "runtimes_ns"
             )
         for i, value in enumerate(values):
             if not 0 < value <= INT64_MAX:
@@ -297,11 +324,12 @@ class FeedbackRecorder:
     ) -> Scored:
         if not indices:
             raise InvalidRequest("no config indices given", "config_indices")
-        if len(indices) > self.ranker.limits.max_configs:
+        if len(indices) > self.limits.max_configs:
             raise InvalidRequest(
-                f"more than {self.ranker.limits.max_configs} indices", "config_indices"
+                f"more than {self.limits.max_configs} indices", "config_indices"
             )
-        recalled = await self.ranker.recall(runner, gid, ranking_id)
+        key = (runner.name, runner.version, gid, ranking_id)
+        recalled = await self.recent.recall(key)
         if recalled is None:
             raise RankingNotFound(
                 f"ranking {ranking_id} of graph {gid} with {runner.name} "

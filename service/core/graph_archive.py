@@ -12,12 +12,12 @@ kept is remembered, so a graph costs one write per process at most.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from typing import Any, Protocol
 
 import numpy as np
 
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.store import StoreError
 from xla_costmodel.tpugraphs.arrays import Graph, make_graph
 
@@ -45,8 +45,7 @@ class GraphArchive:
     def __init__(self, db: Database, events: ArchiveEvents, remember: int = 65_536):
         self.db = db
         self.events = events
-        self._kept: OrderedDict[str, None] = OrderedDict()
-        self._remember = remember
+        self._kept: LRU[str, bool] = LRU(remember)  # ids stored, most recent last
 
     def kept(self, gid: str) -> bool:
         return gid in self._kept
@@ -54,12 +53,11 @@ class GraphArchive:
     def forget(self, gid: str) -> None:
         """The database does not hold it after all (restored from a backup, say):
         the next sight stores it again."""
-        self._kept.pop(gid, None)
+        self._kept.discard(gid)
 
     async def keep(self, gid: str, collection: str, graph: Graph) -> bool:
         """Store the graph unless this process already did; False if it could not."""
-        if gid in self._kept:
-            self._kept.move_to_end(gid)
+        if self._kept.get(gid):  # and now the most recent
             return True
         arrays = graph_arrays(graph)
         try:
@@ -70,9 +68,7 @@ class GraphArchive:
                 "graph not archived", extra={"graph_id": gid, "error": str(exc)}
             )
             return False
-        self._kept[gid] = None
-        if len(self._kept) > self._remember:
-            self._kept.popitem(last=False)
+        self._kept.put(gid, True)
         return True
 
     async def load(self, gid: str) -> Graph | None:
@@ -81,7 +77,7 @@ class GraphArchive:
         if stored is None:
             return None
         a = stored.arrays
-        self._kept[gid] = None
+        self._kept.put(gid, True)
         return make_graph(
             a["node_feat"],
             a["node_opcode"],

@@ -4,9 +4,10 @@ A graph_id hashes arrays, which carry no instruction names, so a rank request th
 names a graph by id and keys its layouts by name needs a record kept with the graph:
 the configurable nodes' ids, their names and tensor ranks when the graph arrived as
 HLO text, the ids alone when it arrived as arrays. Records live next to the
-embeddings: an in-process LRU, then Redis under ``costmodel:meta:v1:<graph_id>``
-(JSON, the cache's TTL). Like the embedding cache, this is best-effort: a Redis
-failure is a miss, a log line and a metric.
+embeddings, in a tiered cache (``xla_costmodel.service.core.tiered``): an in-process
+LRU, then Redis under ``costmodel:meta:v1:<graph_id>`` (JSON, the cache's TTL). Like
+the embedding cache, this is best-effort: a Redis failure is a miss, a log line and a
+metric.
 
 A named record is never replaced by an unnamed one (Redis ``SET NX`` for those), so
 uploading a module as arrays after its text does not forget the names. Two modules
@@ -17,22 +18,14 @@ win.
 from __future__ import annotations
 
 import json
-import logging
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from xla_costmodel.service.core.redis_store import (
-    RedisStore,
-    StoreUnavailable,
-    meta_key,
-)
+from xla_costmodel.service.core.lru import LRU
+from xla_costmodel.service.core.redis_store import RedisStore, meta_key
+from xla_costmodel.service.core.tiered import CacheEvents, Codec, TieredCache
 from xla_costmodel.tpugraphs.arrays import Graph
 
-if TYPE_CHECKING:
-    from xla_costmodel.service.core.cache import CacheEvents
-
-log = logging.getLogger(__name__)
 MEMORY_BYTES = 32 << 20  # records are small: ids, names, ranks of configurable nodes
 
 
@@ -89,6 +82,15 @@ def _ints(values: Any) -> list[int]:
     return values
 
 
+def _weigh(meta: GraphMeta) -> int:
+    return len(meta.dumps())
+
+
+RECORDS: Codec[str, GraphMeta] = Codec(
+    meta_key, GraphMeta.dumps, GraphMeta.loads, "graph record", ops="meta_"
+)
+
+
 class GraphMetaStore:
     def __init__(
         self,
@@ -96,74 +98,23 @@ class GraphMetaStore:
         events: CacheEvents,
         max_bytes: int = MEMORY_BYTES,
     ) -> None:
-        self.redis = redis
-        self.events = events
-        self.max_bytes = max_bytes
-        self.nbytes = 0
-        self._memory: OrderedDict[str, tuple[GraphMeta, int]] = OrderedDict()
+        self.tier = TieredCache(LRU(max_bytes, _weigh), redis, RECORDS, events)
 
     async def get(self, graph_id: str) -> GraphMeta | None:
         """The graph's record, preferring a named one (another replica may have it)."""
-        entry = self._memory.get(graph_id)
-        found = None if entry is None else entry[0]
-        if found is not None:
-            self._memory.move_to_end(graph_id)
-            if found.names is not None:
-                return found
-        stored = await self._from_redis(graph_id)
+        found = self.tier.recall(graph_id)
+        if found is not None and found.names is not None:
+            return found
+        stored = await self.tier.fetch(graph_id)
         if stored is not None and (found is None or stored.names is not None):
-            self._keep(graph_id, stored, len(stored.dumps()))
+            self.tier.memory.put(graph_id, stored)
             return stored
         return found
 
     async def remember(self, graph_id: str, meta: GraphMeta) -> None:
         """Keep ``meta`` unless an at least as good record is already kept here."""
-        entry = self._memory.get(graph_id)
-        if entry is not None and (entry[0].names is not None or meta.names is None):
+        kept = self.tier.memory.get(graph_id)
+        if kept is not None and (kept.names is not None or meta.names is None):
             return
-        blob = meta.dumps()
-        self._keep(graph_id, meta, len(blob))
-        if self.redis is None:
-            return
-        if not self.redis.available:
-            self.events.cache_bypass("redis")
-            return
-        try:
-            await self.redis.set(meta_key(graph_id), blob, nx=meta.names is None)
-        except StoreUnavailable as exc:
-            self._failed("meta_set", graph_id, exc)
-
-    def _keep(self, graph_id: str, meta: GraphMeta, size: int) -> None:
-        old = self._memory.pop(graph_id, None)
-        if old is not None:
-            self.nbytes -= old[1]
-        if size > self.max_bytes:
-            return
-        self._memory[graph_id] = (meta, size)
-        self.nbytes += size
-        while self.nbytes > self.max_bytes:
-            _, (_, evicted) = self._memory.popitem(last=False)
-            self.nbytes -= evicted
-
-    async def _from_redis(self, graph_id: str) -> GraphMeta | None:
-        if self.redis is None:
-            return None
-        if not self.redis.available:
-            self.events.cache_bypass("redis")
-            return None
-        try:
-            value = await self.redis.get(meta_key(graph_id))
-            return None if value is None else GraphMeta.loads(value)
-        except StoreUnavailable as exc:
-            self._failed("meta_get", graph_id, exc)
-        except MetaError as exc:
-            self._failed("meta_decode", graph_id, exc)
-        return None
-
-    def _failed(self, op: str, graph_id: str, exc: Exception) -> None:
-        self.events.cache_error("redis", op)
-        log.warning(
-            "graph record %s failed; treating as a miss",
-            op,
-            extra={"graph_id": graph_id, "error": str(exc)},
-        )
+        self.tier.memory.put(graph_id, meta)
+        await self.tier.store(graph_id, meta, nx=meta.names is None)

@@ -47,6 +47,13 @@ class RawGraph:
     nbytes: int = 0  # decoded size (JSON: its text): big graphs are checked off-loop
 
 
+def one_graph(graph_id: str | None, graph: object, hlo: object = None) -> None:
+    """The one check that a request names its graph once: by ``graph_id``, or inline
+    as ``graph`` arrays or ``hlo`` text (rank and feedback, JSON and npz bodies)."""
+    if sum(v is not None for v in (graph_id, graph, hlo)) != 1:
+        raise InvalidRequest("give exactly one of graph_id, graph or hlo", "graph_id")
+
+
 def _count(value: Any) -> int:
     try:
         return len(value)

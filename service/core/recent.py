@@ -10,32 +10,25 @@ never read each other's batch. With Redis configured a batch also lives under
 ``costmodel:recent:v2:<model>:<version>:<gid>:<ranking_id>`` (raw arrays behind a
 small JSON header, nothing pickled), so feedback reaching another worker or replica
 than the ranking finds it. A key names one batch forever, so memory is read first
-and Redis second. The in-process LRU alone serves no Redis, a Redis failure (a miss,
-a log line and a metric, never an error) and batches too large to share.
+and Redis second (``xla_costmodel.service.core.tiered``). The in-process LRU alone
+serves no Redis, a Redis failure (a miss, a log line and a metric, never an error)
+and batches too large to share.
 Best-effort either way: an evicted or expired one is 409 ``ranking_not_found``.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.service.core.memory import MemoryLRU
-from xla_costmodel.service.core.redis_store import (
-    RedisStore,
-    StoreUnavailable,
-    recent_key,
-)
+from xla_costmodel.service.core.lru import LRU
+from xla_costmodel.service.core.redis_store import RedisStore, recent_key
+from xla_costmodel.service.core.tiered import CacheEvents, Codec, TieredCache
 
-if TYPE_CHECKING:
-    from xla_costmodel.service.core.cache import CacheEvents
-
-log = logging.getLogger(__name__)
 Key = tuple[str, str, str, str]  # model, version, graph_id, ranking_id
 Scored = tuple[np.ndarray[Any, Any], npt.NDArray[np.float32]]
 # Feedback follows its ranking within minutes to hours (an autotuner measures, then
@@ -45,6 +38,20 @@ MAGIC = b"CMRANK1\n"
 _LEN = struct.Struct("<I")
 # Config dtypes as ``check_configs`` passes them on (int8 layout batches, floats).
 DTYPES = frozenset({"|i1", "<i2", "<i4", "<i8", "<f4", "<f8"})
+ENTRY_OVERHEAD = 512  # tuple, key and array headers, on top of the array data
+
+
+def _weigh(scored: Scored) -> int:
+    configs, scores = scored
+    return ENTRY_OVERHEAD + configs.nbytes + scores.nbytes
+
+
+def _key(key: Key) -> str:
+    return recent_key(*key)
+
+
+def _dumps(scored: Scored) -> bytes:
+    return dumps(*scored)
 
 
 class RecentRankings:
@@ -55,9 +62,8 @@ class RecentRankings:
         events: CacheEvents,
         shared_bytes: int = 8 << 20,
     ) -> None:
-        self.memory = MemoryLRU(max_bytes)
-        self.redis = redis
-        self.events = events
+        codec = Codec(_key, _dumps, loads, "remembered ranking", ops="recent_")
+        self.tier = TieredCache(LRU(max_bytes, _weigh), redis, codec, events)
         # Larger batches stay in this process: a SET much larger would not fit the
         # client's short socket timeout. A 1,965-config layout batch (int8) is 2.2 MB.
         self.shared_bytes = shared_bytes
@@ -65,45 +71,19 @@ class RecentRankings:
     async def remember(
         self, key: Key, configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]
     ) -> None:
-        self.memory.put(key, {"c": configs, "s": scores})
-        if self.redis is None or self.memory.max_bytes == 0:
-            return
+        self.tier.memory.put(key, (configs, scores))
+        capacity = self.tier.memory.capacity
         size = configs.nbytes + scores.nbytes
-        shareable = size <= min(self.shared_bytes, self.memory.max_bytes) and (
+        shareable = size <= min(self.shared_bytes, capacity) and (
             configs.dtype.newbyteorder("<").str in DTYPES
         )
-        if not shareable or not self.redis.available:  # too big, or cooling down
-            return
-        try:
-            await self.redis.set(recent_key(*key), dumps(configs, scores), ttl_s=TTL_S)
-        except StoreUnavailable as exc:
-            self._failed("recent_set", key, exc)
+        if shareable:  # else too big to share (or no memory: remembering is off)
+            await self.tier.store(key, (configs, scores), ttl_s=TTL_S)
 
     async def recall(self, key: Key) -> Scored | None:
-        found = self.memory.get(key)
-        if found is not None:
-            return found["c"], found["s"]
-        return await self._from_redis(key)
-
-    async def _from_redis(self, key: Key) -> Scored | None:
-        if self.redis is None or not self.redis.available:
-            return None
-        try:
-            value = await self.redis.get(recent_key(*key))
-            return None if value is None else loads(value)
-        except StoreUnavailable as exc:
-            self._failed("recent_get", key, exc)
-        except ValueError as exc:
-            self._failed("recent_decode", key, exc)
-        return None
-
-    def _failed(self, op: str, key: Key, exc: Exception) -> None:
-        self.events.cache_error("redis", op)
-        log.warning(
-            "remembered ranking %s failed; using this process's memory",
-            op,
-            extra={"cache_key": recent_key(*key), "error": str(exc)},
-        )
+        # A key names one batch forever: memory first, then Redis.
+        found = await self.tier.get(key)
+        return None if found is None else found[0]
 
 
 def dumps(configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]) -> bytes:

@@ -1,7 +1,8 @@
-"""The shared level of the embedding cache: Redis, best-effort.
+"""The shared level of the caches (embeddings, graph records, rankings): Redis,
+best-effort.
 
 One ``redis.asyncio`` client with short socket timeouts and no retries. Any failure
-raises ``StoreUnavailable`` and opens a short cooldown during which Redis is skipped,
+raises ``CacheUnavailable`` and opens a short cooldown during which Redis is skipped,
 so an outage costs each request nothing instead of a timeout.
 """
 
@@ -20,7 +21,7 @@ META_PREFIX = "costmodel:meta:v1"
 RECENT_PREFIX = "costmodel:recent:v2"
 
 
-class StoreUnavailable(Exception):
+class CacheUnavailable(Exception):
     """Redis failed (down, slow, or refused the command)."""
 
 
@@ -80,7 +81,7 @@ class RedisStore:
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._failed(exc) from None
         if value is not None and not isinstance(value, bytes):
-            raise StoreUnavailable(f"unexpected reply type {type(value).__name__}")
+            raise CacheUnavailable(f"unexpected reply type {type(value).__name__}")
         return value
 
     async def set(
@@ -102,6 +103,6 @@ class RedisStore:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    def _failed(self, exc: BaseException) -> StoreUnavailable:
+    def _failed(self, exc: BaseException) -> CacheUnavailable:
         self._down_until = self._clock() + self.cooldown_s
-        return StoreUnavailable(f"{type(exc).__name__}: {exc}")
+        return CacheUnavailable(f"{type(exc).__name__}: {exc}")

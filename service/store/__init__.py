@@ -6,7 +6,7 @@ SQLite file by default, PostgreSQL for several replicas; see ``store.py`` for th
 
 from xla_costmodel.service.store.engine import default_sqlite_url
 from xla_costmodel.service.store.errors import (
-    IdempotencyConflict,
+    IdempotencyKeyReused,
     StoreError,
     StoreUnavailable,
     UnknownGraph,
@@ -20,20 +20,19 @@ from xla_costmodel.service.store.records import (
 )
 from xla_costmodel.service.store.store import MeasurementStore
 from xla_costmodel.service.store.writers import (
-    QuotaExceeded,
     UnknownWriter,
     Writer,
     WriterExists,
+    WriterQuotaExceeded,
 )
 
 __all__ = [
     "AddResult",
-    "IdempotencyConflict",
+    "IdempotencyKeyReused",
     "Measured",
     "MeasurementBatch",
     "MeasurementStore",
     "Quota",
-    "QuotaExceeded",
     "StoreError",
     "StoreUnavailable",
     "StoredGraph",
@@ -41,5 +40,6 @@ __all__ = [
     "UnknownWriter",
     "Writer",
     "WriterExists",
+    "WriterQuotaExceeded",
     "default_sqlite_url",
 ]

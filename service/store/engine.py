@@ -10,12 +10,19 @@ waits for the lock instead of failing when another writer committed in between.
 PostgreSQL (``postgresql://`` becomes ``postgresql+psycopg://``): connections are
 pinged before use (a restarted server costs one failed ping, not a failed request),
 connecting gives up after 2 s, and statements after 30 s.
+
+Every engine counts the statements it sends (``statements(engine)``: each cursor
+execute, ``BEGIN`` included), so tests and the bench can check that a path issues
+none, and the service can export the count.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +80,48 @@ def create_store_engine(url: str) -> Engine:
     """An engine for ``url`` (SQLite or PostgreSQL) with the settings above."""
     parsed = normalise_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(parsed)
-    return _postgres_engine(parsed)
+        engine = _sqlite_engine(parsed)
+    else:
+        engine = _postgres_engine(parsed)
+    counter = StatementCounter()
+    event.listen(engine, "before_cursor_execute", counter.executed)
+    _COUNTERS[engine] = counter
+    return engine
+
+
+class StatementCounter:
+    """Statements one engine sent to its database; thread-safe."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` on every statement (in the executing thread; it must
+        be cheap and thread-safe, e.g. a Prometheus counter's ``inc``)."""
+        self._listeners.append(listener)
+
+    def executed(self, *_args: Any) -> None:
+        """The ``before_cursor_execute`` listener."""
+        with self._lock:
+            self._count += 1
+        for listener in self._listeners:
+            listener()
+
+
+_COUNTERS: weakref.WeakKeyDictionary[Engine, StatementCounter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def statements(engine: Engine) -> StatementCounter:
+    """The statement counter of an engine made by ``create_store_engine``."""
+    return _COUNTERS[engine]
 
 
 def _sqlite_engine(url: URL) -> Engine:

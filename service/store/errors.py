@@ -3,9 +3,9 @@
     StoreError                  anything the store cannot do
      ├── StoreUnavailable       unreachable, locked too long, full, read-only, schema
      │                          newer than this code: try again later / elsewhere
-     ├── IdempotencyConflict    an idempotency key resent with a different request
+     ├── IdempotencyKeyReused   an idempotency key resent with a different request
      ├── UnknownGraph           measurements for a graph that was never saved
-     └── (writers.py) WriterExists, UnknownWriter, QuotaExceeded
+     └── (writers.py) WriterExists, UnknownWriter, WriterQuotaExceeded
 
 SQLAlchemy and DB-API exceptions never leave the store: ``translated`` turns them into
 the tree above with a one-line message (no SQL, no parameters), the original chained
@@ -28,7 +28,7 @@ class StoreUnavailable(StoreError):
     """The database cannot be used right now: unreachable, locked, full, read-only."""
 
 
-class IdempotencyConflict(StoreError):
+class IdempotencyKeyReused(StoreError):
     """An idempotency key was sent again with a different request."""
 
 

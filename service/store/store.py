@@ -23,7 +23,7 @@ from sqlalchemy.sql.dml import Insert
 from xla_costmodel.service.store import codec
 from xla_costmodel.service.store.engine import WRITE, create_store_engine
 from xla_costmodel.service.store.errors import (
-    IdempotencyConflict,
+    IdempotencyKeyReused,
     StoreError,
     UnknownGraph,
     translated,
@@ -118,7 +118,7 @@ class MeasurementStore:
     def add_measurements(self, batch: MeasurementBatch) -> AddResult:
         """Store a batch in one transaction, idempotently when it carries a key.
 
-        Raises ``UnknownGraph`` (save the graph first), ``IdempotencyConflict`` (the
+        Raises ``UnknownGraph`` (save the graph first), ``IdempotencyKeyReused`` (the
         key came before with another request hash), ``ValueError`` for a malformed
         batch, ``StoreUnavailable`` when the database cannot take it.
         """
@@ -356,7 +356,7 @@ def _graph_exists(conn: Connection, graph_id: str) -> bool:
 
 def _replay(conn: Connection, batch: MeasurementBatch) -> AddResult | None:
     """The stored answer if the batch's key was seen (None if not); a different
-    request under the same key is an ``IdempotencyConflict``."""
+    request under the same key is an ``IdempotencyKeyReused``."""
     query = select(feedback_keys.c.request_hash, feedback_keys.c.response).where(
         feedback_keys.c.key == batch.idempotency_key
     )
@@ -364,7 +364,7 @@ def _replay(conn: Connection, batch: MeasurementBatch) -> AddResult | None:
     if row is None:
         return None
     if row.request_hash != (batch.request_hash or ""):
-        raise IdempotencyConflict(
+        raise IdempotencyKeyReused(
             f"idempotency key {batch.idempotency_key!r} was used for a different request"
         )
     response = json.loads(row.response) if row.response is not None else None

@@ -42,7 +42,7 @@ class UnknownWriter(StoreError):
     """No writer of this name."""
 
 
-class QuotaExceeded(StoreError):
+class WriterQuotaExceeded(StoreError):
     """The writer stored its quota of rows in the window; ``retry_after_s`` says
     when enough of them leave it."""
 
@@ -133,7 +133,7 @@ class WriterTable:
 
 
 def check_quota(conn: Connection, writer: str, rows: int, quota: Quota) -> None:
-    """``QuotaExceeded`` if storing ``rows`` more would pass the writer's quota."""
+    """``WriterQuotaExceeded`` if storing ``rows`` more would pass the writer's quota."""
     now = datetime.now(UTC)
     since = now - timedelta(seconds=quota.window_s)
     m = measurements.c
@@ -144,7 +144,7 @@ def check_quota(conn: Connection, writer: str, rows: int, quota: Quota) -> None:
     if int(count) + rows <= quota.rows:
         return
     wait = quota.window_s if oldest is None else (oldest - since).total_seconds()
-    raise QuotaExceeded(
+    raise WriterQuotaExceeded(
         f"writer {writer!r} stored {count} measurements in the last "
         f"{quota.window_s} s; {rows} more would pass its quota of {quota.rows}",
         max(1, int(wait) + 1),

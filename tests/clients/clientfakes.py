@@ -3,7 +3,9 @@ contract, transports that are slow on purpose, and a TCP server that never answe
 
 The fake keeps state (graphs per model, loaded versions, feedback rows) and answers
 as the contract says, so tests assert on behaviour, not on call sequences.
-``script`` queues outcomes (responses or exceptions) served before the real ones.
+``script`` queues outcomes (responses or exceptions) served before the real ones to
+every request but ``GET /v1/models``, which a client sends once per model to learn
+its collection; ``models_script`` queues those.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from xla_costmodel.tpugraphs.arrays import Graph, make_configs, make_graph
 from xla_costmodel.tpugraphs.graph_id import graph_id
 
 Outcome = httpx.Response | Exception
+MODELS = ("GET", "/v1/models")
 
 
 def error(
@@ -47,25 +50,35 @@ class FakeService:
         self.feedback_route = feedback_route
         self.requests: list[httpx.Request] = []
         self.script: list[Outcome] = []
+        self.models_script: list[Outcome] = []
 
     def paths(self) -> list[str]:
         return [f"{r.method} {r.url.path}" for r in self.requests]
 
+    @property
+    def ops(self) -> list[httpx.Request]:
+        """The requests but ``GET /v1/models`` (the clients' collection look-ups)."""
+        return [r for r in self.requests if (r.method, r.url.path) != MODELS]
+
+    def op_paths(self) -> list[str]:
+        return [f"{r.method} {r.url.path}" for r in self.ops]
+
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
-        if self.script:
-            outcome = self.script.pop(0)
+        route = (request.method, request.url.path)
+        script = self.models_script if route == MODELS else self.script
+        if script:
+            outcome = script.pop(0)
             if isinstance(outcome, Exception):
                 raise outcome
             return outcome
-        route = (request.method, request.url.path)
         if route == ("PUT", "/v1/graphs"):
             return self._upload(request)
         if route == ("POST", "/v1/rank"):
             return self._rank(request)
         if route == ("POST", "/v1/feedback") and self.feedback_route:
             return self._feedback(request)
-        if route == ("GET", "/v1/models"):
+        if route == MODELS:
             models = [
                 {
                     "name": m,

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from clientfakes import FakeService, Sleeps
 
 from xla_costmodel.clients import CostModelClient, RetryPolicy
+from xla_costmodel.procs import RedisServer, ServiceServer
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.reader import load_npz
 
@@ -80,61 +75,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def live_server(
-    redis_server: Any, tmp_path_factory: pytest.TempPathFactory
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """The real service under uvicorn (shipped models, real Redis), on a free port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log_path = tmp_path_factory.mktemp("uvicorn") / "server.log"
-    log = log_path.open("wb")
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "COSTMODEL_MODEL_DIR": str(REPO / "models" / "artifacts"),
         "COSTMODEL_MODELS": "tile,layout",
         "COSTMODEL_REDIS_URL": redis_server.url,
         "COSTMODEL_LOG_LEVEL": "WARNING",
         "COSTMODEL_DATA_DIR": str(tmp_path_factory.mktemp("data")),
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "xla_costmodel.service.app:app_from_env",
-            "--factory",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(url, proc, log_path, timeout=60)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()
-
-
-def _wait_ready(
-    url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    with CostModelClient(url) as probe:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if probe.ready():
-                return
-            time.sleep(0.1)
-    tail = log_path.read_text(errors="replace")[-3000:]
-    state = "not ready" if proc.poll() is None else f"exited with {proc.returncode}"
-    pytest.fail(f"service at {url} {state} after {timeout}s; its log:\n{tail}")
+    with ServiceServer(tmp_path_factory.mktemp("uvicorn"), env) as server:
+        yield server.url

@@ -40,8 +40,9 @@ async def test_rank_sends_the_graph_inline_then_by_id_and_retries_503(
         )
         again = await client.rank("layout", layout_sample, layout_sample.configs[:20])
     assert sleeps == [3.0]
-    assert fake.paths() == ["POST /v1/rank"] * 3  # inline, inline again, by id
-    assert [r.url.params.get("graph_id") for r in fake.requests] == [
+    # the model's collection once; then inline, inline again, by id
+    assert fake.paths() == ["GET /v1/models"] + ["POST /v1/rank"] * 3
+    assert [r.url.params.get("graph_id") for r in fake.ops] == [
         None,
         None,
         result.graph_id,

@@ -21,7 +21,7 @@ from xla_costmodel.clients import (
     TileSizes,
     prepare_graph,
 )
-from xla_costmodel.clients.raw_configs import config_collection, is_raw
+from xla_costmodel.clients.raw_configs import configs_per_node, is_raw
 from xla_costmodel.service.app import create_app
 from xla_costmodel.service.settings import Settings
 from xla_costmodel.tpugraphs.arrays import Sample
@@ -170,7 +170,7 @@ BROKEN = "HloModule m\n\nENTRY e {\n  ROOT a = f32[2 parameter(0)\n}\n"
 
 def test_bad_inputs_fail_locally_with_the_line_or_the_field() -> None:
     with CostModelClient(
-        "http://costmodel.test", transport=httpx.MockTransport(_no_call)
+        "http://costmodel.test", transport=httpx.MockTransport(_models_only)
     ) as client:
         with pytest.raises(InvalidRequest) as bad_text:
             client.rank("tile", BROKEN, [TileSizes([1])])
@@ -189,18 +189,23 @@ def test_bad_inputs_fail_locally_with_the_line_or_the_field() -> None:
         assert bad_path.value.field == "graph"
 
 
-def _no_call(request: httpx.Request) -> httpx.Response:
+def _models_only(request: httpx.Request) -> httpx.Response:
+    """The models' collections, and nothing else: the rest fails before it is sent."""
+    if (request.method, request.url.path) == ("GET", "/v1/models"):
+        names = ("tile", "layout")
+        models = [{"name": n, "collection": n, "version": "1"} for n in names]
+        return httpx.Response(200, json={"models": models})
     raise AssertionError(f"nothing should be sent, got {request.method} {request.url}")
 
 
 def test_raw_or_arrays() -> None:
     assert is_raw([TileSizes()]) and is_raw([{}]) and not is_raw([])
     assert not is_raw(np.zeros((2, 24))) and not is_raw([[0.0] * 24])
-    assert config_collection([{"kernel_bounds": [1]}]) == "tile"
-    assert config_collection([{"dot.1": {"output": [0]}}, {}]) == "layout"
-    assert config_collection(np.zeros((2, 24))) == "tile"
-    assert config_collection(np.zeros((2, 3, 18))) == "layout"
-    assert config_collection([1, 2]) is None
+    assert configs_per_node([{"kernel_bounds": [1]}]) is False
+    assert configs_per_node([{"dot.1": {"output": [0]}}, {}]) is True
+    assert configs_per_node(np.zeros((2, 24))) is False
+    assert configs_per_node(np.zeros((2, 3, 18))) is True
+    assert configs_per_node([1, 2]) is None
 
 
 def test_sync_client_against_uvicorn(live_server: str, tile_sample: Sample) -> None:

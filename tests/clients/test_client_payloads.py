@@ -11,9 +11,10 @@ import pytest
 
 from xla_costmodel.clients import InvalidRequest, prepare_graph
 from xla_costmodel.clients.payloads import config_array, configs_npz, savez_bytes
-from xla_costmodel.clients.raw_configs import config_collection
+from xla_costmodel.clients.raw_configs import configs_per_node
 from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.arrays import Sample
+from xla_costmodel.tpugraphs.collections import LAYOUT, TILE, XLA_CPU, get
 from xla_costmodel.tpugraphs.graph_id import graph_id
 
 
@@ -47,7 +48,8 @@ def test_every_graph_form_gives_the_same_id(
         ids = {prepare_graph(form).graph_id for form in forms}
     assert ids == {expected}
     prepared = prepare_graph(path)
-    assert prepare_graph(prepared) is prepared and prepared.collection == which
+    assert prepare_graph(prepared) is prepared
+    assert (prepared.graph.node_config_ids is not None) == get(which).per_node
 
 
 def test_lists_and_other_int_widths_are_canonicalised(tile_sample: Sample) -> None:
@@ -74,41 +76,48 @@ def test_upload_body_round_trips(layout_sample: Sample) -> None:
 
 def test_config_wire_dtypes(tile_sample: Sample, layout_sample: Sample) -> None:
     layout = prepare_graph(layout_sample)
-    rows = config_array(layout_sample.configs[:3], layout)
-    with np.load(io.BytesIO(configs_npz(rows, layout))) as d:
+    rows = config_array(layout_sample.configs[:3], layout, LAYOUT)
+    with np.load(io.BytesIO(configs_npz(rows, layout, LAYOUT))) as d:
         assert d["node_config_feat"].dtype == np.int8
     odd = rows.copy()
     odd[0, 0, 0] = 0.5  # not a small int: keep float32 rather than corrupt it
-    with np.load(io.BytesIO(configs_npz(odd, layout))) as d:
+    with np.load(io.BytesIO(configs_npz(odd, layout, LAYOUT))) as d:
         assert (
             d["node_config_feat"].dtype == np.float32
             and d["node_config_feat"][0, 0, 0] == 0.5
         )
     tile = prepare_graph(tile_sample)
     with np.load(
-        io.BytesIO(configs_npz(config_array(tile_sample.configs, tile), tile))
+        io.BytesIO(
+            configs_npz(config_array(tile_sample.configs, tile, TILE), tile, TILE)
+        )
     ) as d:
         assert d["config_feat"].dtype == np.float32
 
 
-def test_xla_cpu_configs_are_told_from_tile_by_width_and_form(
-    tile_sample: Sample,
-) -> None:
-    """A graph without configurable nodes takes the rows of any one-row collection;
-    the configs say which (the service checks the model's width)."""
+def test_configs_are_built_for_the_models_collection(tile_sample: Sample) -> None:
+    """A graph without configurable nodes takes the rows of the model's collection
+    (tile or xla_cpu), named by the model, not told by the configs' width or form."""
     graph = prepare_graph(tile_sample.graph)
-    rows = config_array(xla_cpu.sample(3, 0), graph)
-    assert rows.shape == (3, xla_cpu.WIDTH) and config_collection(rows) == "xla_cpu"
-    with np.load(io.BytesIO(configs_npz(rows, graph))) as d:
+    rows = config_array(xla_cpu.sample(3, 0), graph, XLA_CPU)
+    assert rows.shape == (3, xla_cpu.WIDTH) and configs_per_node(rows) is False
+    with np.load(io.BytesIO(configs_npz(rows, graph, XLA_CPU))) as d:
         assert d["config_feat"].dtype == np.int8  # 0/1 bits
+    with pytest.raises(InvalidRequest) as info:  # xla_cpu rows for a tile model
+        config_array(rows, graph, TILE)
+    assert info.value.field == "config_feat"
     raw = [{}, {xla_cpu.SCHEDULER_KEY: "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}]
-    assert config_collection(raw) == "xla_cpu"
-    encoded = config_array(raw, graph)
+    encoded = config_array(raw, graph, XLA_CPU)
     np.testing.assert_array_equal(encoded[0], xla_cpu.default_row())
     assert xla_cpu.to_options(encoded[1]) == raw[1]
+    with pytest.raises(InvalidRequest):  # not tile sizes
+        config_array(raw, graph, TILE)
     with pytest.raises(InvalidRequest) as info:
-        config_array([{xla_cpu.SCHEDULER_KEY: "FAST"}], graph)
+        config_array([{xla_cpu.SCHEDULER_KEY: "FAST"}], graph, XLA_CPU)
     assert info.value.field == "configs[0]" and "unknown scheduler" in str(info.value)
+    with pytest.raises(InvalidRequest) as info:  # a tile graph for a layout model
+        config_array(rows, graph, LAYOUT)
+    assert info.value.field == "node_config_ids"
 
 
 def test_bad_inputs_name_the_field(tmp_path: Path, tile_sample: Sample) -> None:
@@ -125,23 +134,23 @@ def test_bad_inputs_name_the_field(tmp_path: Path, tile_sample: Sample) -> None:
     with pytest.raises(InvalidRequest, match="cannot read npz"):
         prepare_graph(bad)
     with pytest.raises(InvalidRequest) as info:
-        config_array(np.full((2, 24), np.nan), prepare_graph(tile_sample))
+        config_array(np.full((2, 24), np.nan), prepare_graph(tile_sample), TILE)
     assert info.value.field == "config_feat"
 
 
 def test_layout_configs_go_as_int8_only_when_lossless(layout_sample: Sample) -> None:
     layout = prepare_graph(layout_sample)
-    rows = config_array(layout_sample.configs[:4], layout)
+    rows = config_array(layout_sample.configs[:4], layout, LAYOUT)
     for value in (128.0, -129.0, 300.0, 1e10, -0.5, 2.5, np.nan, np.inf):
         odd = rows.copy()
         odd[1, 2, 3] = value
-        with np.load(io.BytesIO(configs_npz(odd, layout))) as d:
+        with np.load(io.BytesIO(configs_npz(odd, layout, LAYOUT))) as d:
             sent = d["node_config_feat"]
         assert sent.dtype == np.float32
         np.testing.assert_array_equal(sent, odd)
     edges = rows.copy()
     edges[0, 0, :2] = (-128.0, 127.0)
-    with np.load(io.BytesIO(configs_npz(edges, layout))) as d:
+    with np.load(io.BytesIO(configs_npz(edges, layout, LAYOUT))) as d:
         assert d["node_config_feat"].dtype == np.int8
         assert np.array_equal(d["node_config_feat"], edges)
 

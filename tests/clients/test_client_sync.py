@@ -39,8 +39,9 @@ def test_rank_sends_an_unknown_graph_inline_once_then_ranks_by_id(
     client: CostModelClient, fake: FakeService, tile_sample: Sample
 ) -> None:
     first = client.rank("tile", tile_sample, tile_sample.configs, top_k=5)
-    assert fake.paths() == ["POST /v1/rank"]  # one request: the graph goes inline
-    assert "graph_id" not in fake.requests[0].url.params
+    # the model's collection, then one request: the graph goes inline
+    assert fake.paths() == ["GET /v1/models", "POST /v1/rank"]
+    assert "graph_id" not in fake.ops[0].url.params
     assert first.uploaded and not first.degraded
     scores = tile_sample.configs.sum(axis=1)
     assert list(first.ranking) == np.argsort(scores, kind="stable").tolist()
@@ -49,8 +50,8 @@ def test_rank_sends_an_unknown_graph_inline_once_then_ranks_by_id(
     assert (first.model_version, first.cache) == ("1", "miss")  # encoded just now
 
     second = client.rank("tile", tile_sample, tile_sample.configs)
-    assert fake.paths()[1:] == ["POST /v1/rank"]
-    assert fake.requests[1].url.params["graph_id"] == first.graph_id
+    assert fake.paths()[2:] == ["POST /v1/rank"]  # the collection is known now
+    assert fake.ops[1].url.params["graph_id"] == first.graph_id
     assert not second.uploaded and second.ranking == first.ranking
     assert second.cache == "memory"
 
@@ -62,7 +63,7 @@ def test_a_new_client_sends_the_graph_inline_even_if_the_service_has_it(
         with CostModelClient(transport=httpx.MockTransport(fake), sleep=sleeps) as c:
             result = c.rank("tile", tile_sample, tile_sample.configs)
         assert result.uploaded and result.cache == cache
-    assert fake.paths() == ["POST /v1/rank"] * 2
+    assert fake.paths() == ["GET /v1/models", "POST /v1/rank"] * 2
 
 
 def test_a_lost_graph_is_uploaded_and_ranked_again_by_id(
@@ -71,8 +72,8 @@ def test_a_lost_graph_is_uploaded_and_ranked_again_by_id(
     first = client.rank("tile", tile_sample, tile_sample.configs)
     fake.graphs.clear()  # the service evicted it, or restarted
     again = client.rank("tile", tile_sample, tile_sample.configs)
-    assert fake.paths()[1:] == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
-    ranks = (fake.requests[1], fake.requests[3])
+    assert fake.op_paths()[1:] == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    ranks = (fake.ops[1], fake.ops[3])
     assert all(r.url.params["graph_id"] == first.graph_id for r in ranks)
     assert again.uploaded and again.cache == "memory"  # embedded by the upload
     assert again.ranking == first.ranking
@@ -87,7 +88,7 @@ def test_rank_sends_binary_configs_and_ids_in_the_query(
     client.rank("tile", tile_sample, tile_sample.configs, top_k=3)
     client.rank("tile", tile_sample, tile_sample.configs, top_k=3)
     client.rank("layout", layout_sample, layout_sample.configs[:50])
-    inline, by_id, layout_rank = fake.requests
+    inline, by_id, layout_rank = fake.ops
     gid = prepare_graph(tile_sample).graph_id
     assert dict(inline.url.params) == {"model": "tile", "top_k": "3"}
     assert dict(by_id.url.params) == {"model": "tile", "graph_id": gid, "top_k": "3"}
@@ -119,7 +120,7 @@ def test_large_batches_ask_for_an_npz_answer(
     rows[:, 0] += np.arange(1000) % 7  # some ties, some not
     small = client.rank("tile", tile_sample, rows[:999], top_k=4)
     large = client.rank("tile", tile_sample, rows, top_k=4)
-    json_answer, npz_answer = fake.requests
+    json_answer, npz_answer = fake.ops
     assert json_answer.headers["accept"] == "application/json"
     assert npz_answer.headers["accept"] == "application/x-npz"
     scores = rows.sum(axis=1, dtype=np.float64)
@@ -139,11 +140,11 @@ def test_graph_not_found_twice_is_raised_not_looped(
     fake.graphs = _ForgetfulDict()
     with pytest.raises(GraphNotFound):
         client.rank("tile", tile_sample, tile_sample.configs)
-    assert fake.paths()[1:] == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    assert fake.op_paths()[1:] == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
     # The id the service lost is no longer trusted: the next rank sends the graph.
     assert client.rank("tile", tile_sample, tile_sample.configs).uploaded
-    assert fake.paths()[4:] == ["POST /v1/rank"]
-    assert "graph_id" not in fake.requests[4].url.params
+    assert fake.op_paths()[4:] == ["POST /v1/rank"]
+    assert "graph_id" not in fake.ops[4].url.params
 
 
 class _ForgetfulDict(dict):  # type: ignore[type-arg]
@@ -158,8 +159,8 @@ def test_an_inline_body_too_large_falls_back_to_upload_then_rank_by_id(
 ) -> None:
     fake.script = [error(413, "payload_too_large", "body larger than 1024 bytes")]
     result = client.rank("tile", tile_sample, tile_sample.configs)
-    assert fake.paths() == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
-    assert "graph_id" in fake.requests[2].url.params
+    assert fake.op_paths() == ["POST /v1/rank", "PUT /v1/graphs", "POST /v1/rank"]
+    assert "graph_id" in fake.ops[2].url.params
     assert result.uploaded and result.cache == "memory"
     fake.script = [error(413, "payload_too_large", "configs too large")]
     with pytest.raises(InvalidRequest, match="configs too large"):  # by id: raised
@@ -198,7 +199,7 @@ def test_retries_are_bounded_by_attempts(
     with pytest.raises(ServiceUnavailable) as info:
         client.rank("tile", tile_sample, tile_sample.configs)
     assert (info.value.status, info.value.code) == (503, "overloaded")
-    assert len(fake.requests) == 4 and len(sleeps) == 3
+    assert len(fake.ops) == 4 and len(sleeps) == 3
 
 
 def test_retry_after_beyond_the_deadline_fails_at_once(
@@ -290,7 +291,7 @@ def test_bad_input_is_rejected_before_sending(
 ) -> None:
     with pytest.raises(InvalidRequest) as info:
         client.rank("tile", tile_sample, np.zeros((3, 18), np.float32), fallback=[0])
-    assert info.value.field == "config_feat" and fake.requests == []
+    assert info.value.field == "config_feat" and fake.ops == []  # models asked only
 
 
 def test_500_is_not_retried_but_is_absorbed_by_a_fallback(
@@ -298,7 +299,7 @@ def test_500_is_not_retried_but_is_absorbed_by_a_fallback(
 ) -> None:
     fake.script = [httpx.Response(500, text="boom")]
     result = client.rank("tile", tile_sample, tile_sample.configs, fallback=[1])
-    assert result.degraded and sleeps == [] and len(fake.requests) == 1
+    assert result.degraded and sleeps == [] and len(fake.ops) == 1
 
 
 def test_answer_breaking_the_contract_is_a_protocol_error(
@@ -345,7 +346,11 @@ def test_feedback_sends_rows_and_uploads_an_unknown_graph(
         "layout", layout_sample, layout_sample.runtimes[[4, 2]], configs=rows
     )
     assert result.stored == 2
-    assert fake.paths() == ["POST /v1/feedback", "PUT /v1/graphs", "POST /v1/feedback"]
+    assert fake.op_paths() == [
+        "POST /v1/feedback",
+        "PUT /v1/graphs",
+        "POST /v1/feedback",
+    ]
     body = json.loads(fake.requests[-1].content)
     assert body["graph_id"] == prepare_graph(layout_sample).graph_id
     assert body["runtimes_ns"] == layout_sample.runtimes[[4, 2]].tolist()
@@ -446,6 +451,9 @@ def test_feedback_configs_too_large_for_int64_are_sent_as_floats(
     bodies: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":  # the model's collection: tile
+            model = {"name": "tile", "collection": "tile", "version": "1"}
+            return httpx.Response(200, json={"models": [model]})
         bodies.append(json.loads(request.content))
         return httpx.Response(503)
 

@@ -27,14 +27,14 @@ from typer.testing import CliRunner
 from xla_costmodel import cli
 from xla_costmodel.clients import CostModelClient, Hlo, RetryPolicy
 from xla_costmodel.clients.xla import policy
-from xla_costmodel.clients.xla.measure import Protocol
+from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.tune import TuneConfig, autotuned, tune
 from xla_costmodel.clients.xla.tune_rounds import config_key
 from xla_costmodel.tpugraphs import xla_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL: Final = "xla_cpu"
-QUICK = Protocol(runs=1, min_rounds=2, max_rounds=2, budget_s=1.0)
+QUICK = TimingProtocol(runs=1, min_rounds=2, max_rounds=2, budget_s=1.0)
 REQUIRED = {
     "default_ms",
     "best_ms",
@@ -86,7 +86,6 @@ def _service(root: Path, model_dir: Path, argv: list[str]) -> Iterator[str]:
         port = s.getsockname()[1]
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
         "COSTMODEL_MODELS": MODEL,
         "COSTMODEL_MODEL_DIR": str(model_dir),
         "COSTMODEL_DATA_DIR": str(root / "db"),
@@ -254,7 +253,7 @@ def _costmodel(*argv: str, cache: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)},
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
     )
 
 

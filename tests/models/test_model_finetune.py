@@ -17,15 +17,16 @@ from typer.testing import CliRunner
 
 from xla_costmodel.manifest import read_manifest
 from xla_costmodel.models import cli
-from xla_costmodel.models.checkpoint import CHECKPOINT, save_checkpoint
+from xla_costmodel.models.checkpoint import CHECKPOINT, TrainResult, save_checkpoint
 from xla_costmodel.models.data import ExampleStore
 from xla_costmodel.models.export import export_artifact
 from xla_costmodel.models.finetune import InitError, architecture, finetune, load_init
 from xla_costmodel.models.network import CostModel
 from xla_costmodel.models.synthetic import write_tree
-from xla_costmodel.models.train import TrainResult, fit
+from xla_costmodel.models.train import fit
 from xla_costmodel.runner import ArtifactRunner
-from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys, metrics_for
+from xla_costmodel.tpugraphs.collections import TILE
+from xla_costmodel.tpugraphs.metrics import mean_metrics
 from xla_costmodel.tpugraphs.reader import load_npz
 
 SIZES = {"num_nodes": 20, "num_configs": 60}
@@ -80,8 +81,8 @@ def quality(artifact: Path, files: list[Path]) -> float:
     rows = []
     for ex in ExampleStore(files, "tile"):
         scores = runner.score(runner.encode(ex.graph), ex.configs)
-        rows.append(metrics_for("tile", scores, ex.targets))
-    mean = mean_metrics(rows, metric_keys("tile"))
+        rows.append(TILE.metrics(scores, ex.targets))
+    mean = mean_metrics(rows, TILE.metrics.keys)
     return float(np.mean([mean["top1_slowdown"], mean["top5_slowdown"]]))
 
 

@@ -11,7 +11,8 @@ from modelkit import tiny_config
 from xla_costmodel.models.data import ExampleStore
 from xla_costmodel.models.synthetic import write_tree
 from xla_costmodel.models.train import fit
-from xla_costmodel.tpugraphs.metrics import mean_metrics, metric_keys, random_baseline
+from xla_costmodel.tpugraphs.collections import get
+from xla_costmodel.tpugraphs.metrics import mean_metrics
 
 SIZES = {
     "tile": {"num_nodes": 20, "num_configs": 80},
@@ -27,11 +28,11 @@ def train_planted(collection: str, root: Path, epochs: int):  # type: ignore[no-
     )
     cfg.model.hidden, cfg.model.scorer_hidden = 32, 16
     result = fit(train, valid, cfg, root / "run")
+    metrics = get(collection).metrics
     rows = [
-        random_baseline(collection, ex.targets)
-        for ex in ExampleStore(valid, collection)
+        metrics.random_baseline(ex.targets) for ex in ExampleStore(valid, collection)
     ]
-    return result.valid_metrics, mean_metrics(rows, metric_keys(collection))
+    return result.valid_metrics, mean_metrics(rows, metrics.keys)
 
 
 def test_layout_model_learns_the_planted_signal(tmp_path: Path) -> None:
@@ -56,11 +57,11 @@ def test_unplanted_data_is_not_learnable_from_features(
     train = write_tree(tmp_path, collection, "train", 4, seed=0, signal=False, **sizes)
     valid = write_tree(tmp_path, collection, "valid", 2, seed=1, signal=False, **sizes)
     result = fit(train, valid, tiny_config(collection, epochs=2), tmp_path / "run")
+    metrics = get(collection).metrics
     rows = [
-        random_baseline(collection, ex.targets)
-        for ex in ExampleStore(valid, collection)
+        metrics.random_baseline(ex.targets) for ex in ExampleStore(valid, collection)
     ]
-    random = mean_metrics(rows, metric_keys(collection))
+    random = mean_metrics(rows, metrics.keys)
     if collection == "layout":
         tau = result.valid_metrics["kendall_tau"]
         assert tau is not None and abs(tau) < 0.3

@@ -10,7 +10,7 @@ import pytest
 
 from xla_costmodel.manifest import list_versions, read_manifest
 from xla_costmodel.runner import ArtifactRunner
-from xla_costmodel.tpugraphs.metrics import metric_keys
+from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.reader import file_graph, load_npz
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "models" / "artifacts"
@@ -37,7 +37,7 @@ def test_shipped_artifact_loads_and_scores(name: str, shared_data: Path) -> None
     artifact = ARTIFACTS / name / versions[-1]
     manifest = read_manifest(artifact)
     assert manifest.collection == name and manifest.opset >= 17
-    assert set(metric_keys(name)) <= set(manifest.metrics["mean"])
+    assert set(get(name).metrics.keys) <= set(manifest.metrics["mean"])
     assert manifest.training["configs_after_dedup"] > 0
     size = sum(f.stat().st_size for f in artifact.iterdir())
     assert size < 3_000_000

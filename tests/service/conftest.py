@@ -4,7 +4,6 @@ process (lifespan run), and the service as a real uvicorn process.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,17 +14,15 @@ import pytest
 from servicekit import (
     ADMIN,
     ARTIFACTS,
-    REPO,
+    SERVE,
     SMALL_LAYOUT,
     TILE,
     UNET,
     AppClient,
-    ServiceProcess,
-    free_port,
     make_settings,
-    set_version,
 )
 
+from xla_costmodel.procs import ServiceServer, set_version
 from xla_costmodel.service.app import create_app
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.reader import load_npz
@@ -112,11 +109,9 @@ async def client(make_client: AppClient) -> httpx.AsyncClient:
 @pytest.fixture
 def service_process(
     tmp_path: Path, model_dir: Path, redis_url: str
-) -> Iterator[ServiceProcess]:
+) -> Iterator[ServiceServer]:
     """The service as a real uvicorn process, with the session's redis-server."""
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "COSTMODEL_MODEL_DIR": str(model_dir),
         "COSTMODEL_DATA_DIR": str(tmp_path / "data"),
         "COSTMODEL_REDIS_URL": redis_url,
@@ -124,7 +119,5 @@ def service_process(
         "COSTMODEL_ADMIN_TOKEN": ADMIN,
         "COSTMODEL_LOG_LEVEL": "INFO",
     }
-    server = ServiceProcess(free_port(), env, tmp_path / "service.log")
-    server.start()
-    yield server
-    server.stop()
+    with ServiceServer(tmp_path, env, argv=SERVE) as server:
+        yield server

@@ -1,22 +1,17 @@
-"""Helpers for the service tests: payload builders, artifact copies, a service process."""
+"""Helpers for the service tests: payload builders, settings, the service's command
+line (the processes themselves are ``xla_costmodel.procs``'s)."""
 
 from __future__ import annotations
 
 import io
-import json
-import shutil
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
-import pytest
 
+from xla_costmodel.procs import SERVE_MODULE
 from xla_costmodel.service.settings import Settings
 from xla_costmodel.tpugraphs.arrays import Sample
 
@@ -26,31 +21,6 @@ UNET = "npz/layout/xla/default/valid/unet_3d.4x4.bf16.npz"
 SMALL_LAYOUT = "npz/layout/xla/default/test/cd708819d3f5103afd6460b15e74eaf3.npz"
 TILE = "pb/official_testdata/op_tuning_data.converted/fusion.191_4ae805e53b8d2b8a.npz"
 ADMIN = "s3cret"
-
-
-def set_version(artifact: Path, version: str) -> None:
-    path = artifact / "manifest.json"
-    manifest = json.loads(path.read_text())
-    manifest["version"] = version
-    path.write_text(json.dumps(manifest))
-
-
-def add_version(
-    model_dir: Path, name: str, version: str, corrupt: str | None = None
-) -> Path:
-    """Copy version 1 as ``version``; ``corrupt`` = "truncate" or "sha256"."""
-    target = model_dir / name / version
-    shutil.copytree(model_dir / name / "1", target)
-    set_version(target, version)
-    if corrupt == "truncate":
-        onnx = target / "encoder.onnx"
-        onnx.write_bytes(onnx.read_bytes()[:1000])
-    elif corrupt == "sha256":
-        path = target / "manifest.json"
-        manifest = json.loads(path.read_text())
-        manifest["scorer"]["sha256"] = "0" * 64
-        path.write_text(json.dumps(manifest))
-    return target
 
 
 def make_settings(model_dir: Path, **overrides: Any) -> Settings:
@@ -109,63 +79,8 @@ def graph_npz(sample: Sample, **extra: Any) -> bytes:
 NPZ = {"content-type": "application/x-npz"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ServiceProcess:
-    """``python -m xla_costmodel.service.cli`` on a free port; ``stop``/``start`` restart it."""
-
-    def __init__(
-        self,
-        port: int,
-        env: dict[str, str],
-        log: Path,
-        argv: list[str] | None = None,  # default: python -m xla_costmodel.service.cli
-    ) -> None:
-        self.port = port
-        self.env = env
-        self.log = log
-        self.argv = argv or [sys.executable, "-m", "xla_costmodel.service.cli"]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 60) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [*self.argv, "--port", str(self.port)],
-                cwd=REPO,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"service exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}"
-                )
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        pytest.fail(
-            f"service not ready after {timeout}s: {self.log.read_text()[-2000:]}"
-        )
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=15)
-            self.proc = None
+# The service as the tests start it: its own command line (``costmodel serve``).
+SERVE = [sys.executable, "-m", SERVE_MODULE]
 
 
 def metric(text: str, name: str, **labels: str) -> float:

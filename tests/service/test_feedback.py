@@ -701,7 +701,7 @@ async def test_replicas_on_postgresql_share_feedback_and_survive_its_restart(
     ask = {"model": "layout", "graph_id": gid, "configs": probe}
     r = await first.post("/v1/rank", json=ask)
     assert r.status_code == 200 and r.json()["adapted"] > 0, r.text
-    postgres_server.stop()
+    postgres_server.shutdown()
     try:
         more = {
             **payload,

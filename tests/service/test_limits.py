@@ -14,8 +14,9 @@ import httpx
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from servicekit import NPZ, AppClient, free_port, graph_json, graph_npz, metric
+from servicekit import NPZ, AppClient, graph_json, graph_npz, metric
 
+from xla_costmodel.procs import free_port
 from xla_costmodel.service.core import blob
 from xla_costmodel.service.core.redis_store import connect, embedding_key
 from xla_costmodel.service.store import default_sqlite_url

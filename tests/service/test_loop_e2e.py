@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from servicekit import ADMIN, REPO, ServiceProcess
+from servicekit import ADMIN, REPO
 
 from xla_costmodel.clients import CostModelClient
+from xla_costmodel.procs import ServiceServer
 from xla_costmodel.tpugraphs.reader import load_npz
 
 KERNELS = [
@@ -36,7 +37,7 @@ def costmodel(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_feedback_export_finetune_reload(
-    service_process: ServiceProcess,
+    service_process: ServiceServer,
     model_dir: Path,
     tmp_path: Path,
     shared_data: Path,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servicekit import REPO, metric
+from servicekit import metric
 
 WORKER = """
 import os, sys
@@ -28,7 +28,7 @@ m.close()
 
 
 def worker(path: Path, mode: str) -> str:
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(path), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(path)}
     done = subprocess.run(
         [sys.executable, "-c", WORKER, mode], env=env, capture_output=True, text=True
     )

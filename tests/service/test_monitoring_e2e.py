@@ -6,7 +6,6 @@ Two workers, because the fleet figures must not be summed over them."""
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-from servicekit import REPO, ServiceProcess, free_port, program
+from servicekit import program
 
-from xla_costmodel.benchmarks.prometheus import PrometheusServer
+from xla_costmodel.procs import ServiceServer
+from xla_costmodel.studies.prometheus import PrometheusServer
 from xla_costmodel.tpugraphs import xla_cpu
 
 pytestmark = pytest.mark.slow
@@ -27,10 +27,8 @@ RATIOS = (0.8, 0.5, 0.9)
 
 
 @pytest.fixture
-def serve(tmp_path: Path, model_dir: Path) -> Iterator[ServiceProcess]:
+def serve(tmp_path: Path, model_dir: Path) -> Iterator[ServiceServer]:
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "TMPDIR": str(tmp_path),  # the workers' metrics directory
         "COSTMODEL_DATA_DIR": str(tmp_path / "data"),
         "COSTMODEL_FLEET_REFRESH_S": "0.5",
@@ -46,14 +44,14 @@ def serve(tmp_path: Path, model_dir: Path) -> Iterator[ServiceProcess]:
         "--models",
         "xla_cpu",
     ]
-    server = ServiceProcess(free_port(), env, tmp_path / "service.log", argv)
+    server = ServiceServer(tmp_path, env, argv=argv)
     server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path, serve: ServiceProcess) -> Iterator[PrometheusServer]:
+def prometheus(tmp_path: Path, serve: ServiceServer) -> Iterator[PrometheusServer]:
     with PrometheusServer(tmp_path, [f"127.0.0.1:{serve.port}"], 1.0) as prom:
         yield prom
 
@@ -98,7 +96,7 @@ def value(samples: list[dict[str, Any]]) -> float:
 
 
 def test_prometheus_records_the_rules_from_a_real_service(
-    serve: ServiceProcess, prometheus: PrometheusServer
+    serve: ServiceServer, prometheus: PrometheusServer
 ) -> None:
     until(prometheus, 'up{job="costmodel"}', lambda up: up == 1)
     with httpx.Client(base_url=serve.url, timeout=30) as client:

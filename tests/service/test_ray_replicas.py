@@ -24,10 +24,11 @@ import pytest
 import ray
 import yaml
 from ray import serve
-from servicekit import ARTIFACTS, REPO, free_port, graph_json
+from servicekit import ARTIFACTS, REPO, graph_json
 from starlette.responses import PlainTextResponse
 
 from xla_costmodel.clients import CostModelClient, RetryPolicy
+from xla_costmodel.procs import free_port
 from xla_costmodel.service import ray_app
 from xla_costmodel.tpugraphs.arrays import Sample
 
@@ -78,7 +79,7 @@ def cluster(
         "COSTMODEL_MODEL_DIR": str(ARTIFACTS),
         "COSTMODEL_DATA_DIR": str(tmp_path_factory.mktemp("ray-data")),
         "COSTMODEL_REDIS_URL": redis_server.url,
-        "COSTMODEL_DATABASE_URL": postgres_server.url(database),
+        "COSTMODEL_DATABASE_URL": postgres_server.database_url(database),
         "COSTMODEL_INFERENCE_WORKERS": "1",
         "COSTMODEL_MODELS": "tile",  # all these tests need: replicas start sooner
     }
@@ -97,7 +98,9 @@ def cluster(
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         app = ray_app.build({"replicas": 2, "replica_cpus": 0.5, "env": env})
         serve.run(app, name=ray_app.DEPLOYMENT, route_prefix="/")
-        yield Cluster(f"http://127.0.0.1:{port}", postgres_server.url(database))
+        yield Cluster(
+            f"http://127.0.0.1:{port}", postgres_server.database_url(database)
+        )
     finally:
         ray.shutdown()  # stops the local cluster, Serve and its replicas with it
         if saved is None:

@@ -12,7 +12,6 @@ a writer created with ``costmodel tokens create``), the reload route the admin t
 from __future__ import annotations
 
 import io
-import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -33,10 +32,11 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from servicekit import ADMIN, REPO, ServiceProcess, free_port
+from servicekit import ADMIN, SERVE
 from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
+from xla_costmodel.procs import ServiceServer
 
 CHECKS = [
     not_a_server_error,
@@ -74,22 +74,20 @@ def _tiny_npz(graph: bool = True, configs: int = 0) -> bytes:
 @pytest.fixture
 def service_process(
     tmp_path: Any, model_dir: Any, redis_url: str
-) -> Iterator[ServiceProcess]:
+) -> Iterator[ServiceServer]:
     """The service with writer tokens required, and one writer (``.token``)."""
     database = f"sqlite:///{tmp_path / 'costmodel.db'}"
     argv = ["tokens", "create", "schemathesis", "--database-url", database]
     created = CliRunner().invoke(build_app(), argv)
     assert created.exit_code == 0, created.output
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "COSTMODEL_MODEL_DIR": str(model_dir),
         "COSTMODEL_DATABASE_URL": database,
         "COSTMODEL_REDIS_URL": redis_url,
         "COSTMODEL_ADMIN_TOKEN": ADMIN,
         "COSTMODEL_FEEDBACK_AUTH": "token",
     }
-    server = ServiceProcess(free_port(), env, tmp_path / "service.log")
+    server = ServiceServer(tmp_path, env, argv=SERVE)
     server.token = created.stdout.splitlines()[-1]  # type: ignore[attr-defined]
     server.start()
     yield server
@@ -97,7 +95,7 @@ def service_process(
 
 
 @pytest.fixture
-def live_schema(service_process: ServiceProcess) -> tuple[Any, Repair]:
+def live_schema(service_process: ServiceServer) -> tuple[Any, Repair]:
     """The live schema, with a hook that aims part of the traffic at a known graph
     (returned too: the schema's own examples are generated without hooks)."""
     up = httpx.put(

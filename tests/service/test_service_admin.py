@@ -6,8 +6,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servicekit import ADMIN, AppClient, add_version, graph_json
+from servicekit import ADMIN, AppClient, graph_json
 
+from xla_costmodel.procs import add_version
 from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio

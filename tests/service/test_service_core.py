@@ -9,15 +9,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from servicekit import add_version
 
+from xla_costmodel.procs import add_version
 from xla_costmodel.runner import ArtifactRunner, SessionOptions
 from xla_costmodel.service.core import blob
-from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache
-from xla_costmodel.service.core.memory import MemoryLRU, embedding_nbytes
-from xla_costmodel.service.core.ranker import KEYED_SORT_MIN, stable_order
-from xla_costmodel.service.core.redis_store import RedisStore, StoreUnavailable, connect
+from xla_costmodel.service.core.cache import (
+    CacheKey,
+    EmbeddingCache,
+    embedding_memory,
+    embedding_nbytes,
+)
+from xla_costmodel.service.core.redis_store import CacheUnavailable, RedisStore, connect
 from xla_costmodel.service.core.registry import ModelRegistry
+from xla_costmodel.service.core.scoring import KEYED_SORT_MIN, stable_order
 from xla_costmodel.service.errors import ModelNotFound, ReloadFailed, VersionNotLoaded
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +73,7 @@ def test_blob_rejects_truncated_or_foreign_bytes(cut: int) -> None:
 
 def test_memory_lru_is_bounded_in_bytes() -> None:
     size = embedding_nbytes(emb(0))
-    lru = MemoryLRU(max_bytes=2 * size + 10)
+    lru = embedding_memory(max_bytes=2 * size + 10)
     lru.put("a", emb(0))
     lru.put("b", emb(1))
     assert lru.get("a") is not None  # a is now the most recent
@@ -77,7 +81,7 @@ def test_memory_lru_is_bounded_in_bytes() -> None:
     assert (
         lru.get("b") is None and lru.get("a") is not None and lru.get("c") is not None
     )
-    assert lru.nbytes == 2 * size and len(lru) == 2
+    assert lru.used == 2 * size and len(lru) == 2
     lru.put("huge", emb(3, nc=10_000))  # larger than the whole budget: not kept
     assert lru.get("huge") is None and len(lru) == 2
 
@@ -91,7 +95,7 @@ async def test_redis_store_round_trip_ttl_and_outage(
     assert 0 < await store.client.ttl("costmodel:emb:t:1:x") <= 60
     redis_server.stop()
     try:
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(CacheUnavailable):
             await store.get("costmodel:emb:t:1:x")
         assert not store.available  # cooling down: callers skip Redis
     finally:
@@ -108,7 +112,7 @@ async def test_slow_redis_times_out_fast() -> None:
         store = RedisStore(connect(url, 0.1, 0.1), ttl_s=60, cooldown_s=0)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(CacheUnavailable):
             await store.get("k")
         assert loop.time() - start < 1.0
         await store.aclose()
@@ -117,7 +121,7 @@ async def test_slow_redis_times_out_fast() -> None:
 async def test_cache_levels_and_single_flight(redis_url: str) -> None:
     events = Events()
     redis = RedisStore(connect(redis_url, 0.2, 0.2), ttl_s=60, cooldown_s=0)
-    cache = EmbeddingCache(MemoryLRU(1 << 20), redis, events)
+    cache = EmbeddingCache(embedding_memory(1 << 20), redis, events)
     key = CacheKey("layout", "1", "ab" * 32)
     calls = 0
 
@@ -134,28 +138,32 @@ async def test_cache_levels_and_single_flight(redis_url: str) -> None:
     assert calls == 1 and {source for _, source in results} == {"miss"}
     hit = await cache.get_or_compute(key, NAMES, compute)
     assert hit[1] == "memory" and calls == 1
-    fresh = EmbeddingCache(MemoryLRU(1 << 20), redis, events)  # a restarted process
+    fresh = EmbeddingCache(
+        embedding_memory(1 << 20), redis, events
+    )  # a restarted process
     found = await fresh.lookup(key, NAMES)
     assert found is not None and found[1] == "redis"
     np.testing.assert_array_equal(found[0]["node_context"], emb(7)["node_context"])
     other_version = CacheKey("layout", "2", key.graph_id)
     assert await fresh.lookup(other_version, NAMES) is None
     await cache.aclose()
+    await redis.aclose()
 
 
 async def test_cache_treats_a_corrupt_redis_value_as_a_miss(redis_url: str) -> None:
     events = Events()
     redis = RedisStore(connect(redis_url, 0.2, 0.2), ttl_s=60, cooldown_s=0)
-    cache = EmbeddingCache(MemoryLRU(1 << 20), redis, events)
+    cache = EmbeddingCache(embedding_memory(1 << 20), redis, events)
     key = CacheKey("layout", "1", "cd" * 32)
     await redis.set(key.redis_key, b"garbage")
     assert await cache.lookup(key, NAMES) is None
     assert events.count("cache_error", "redis", "decode") == 1
     await cache.aclose()
+    await redis.aclose()
 
 
 async def test_cache_without_redis_uses_memory_only() -> None:
-    cache = EmbeddingCache(MemoryLRU(1 << 20), None, Events())
+    cache = EmbeddingCache(embedding_memory(1 << 20), None, Events())
     key = CacheKey("tile", "1", "ef" * 32)
 
     async def compute() -> dict[str, np.ndarray]:
@@ -166,7 +174,7 @@ async def test_cache_without_redis_uses_memory_only() -> None:
 
 
 async def test_failed_fill_is_not_cached_and_can_be_retried() -> None:
-    cache = EmbeddingCache(MemoryLRU(1 << 20), None, Events())
+    cache = EmbeddingCache(embedding_memory(1 << 20), None, Events())
     key = CacheKey("tile", "1", "01" * 32)
 
     async def broken() -> dict[str, np.ndarray]:

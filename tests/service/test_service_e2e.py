@@ -8,8 +8,9 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from servicekit import ADMIN, NPZ, ServiceProcess, add_version, graph_npz, npz_bytes
+from servicekit import ADMIN, NPZ, graph_npz, npz_bytes
 
+from xla_costmodel.procs import ServiceServer, add_version
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.tpugraphs.arrays import Sample
 
@@ -35,7 +36,7 @@ def rank_npz(url: str, sample: Sample, graph_id: str | None = None) -> httpx.Res
 
 
 def test_cache_levels_across_restarts_and_a_redis_outage(
-    service_process: ServiceProcess, redis_server: Any, model_dir: Path, unet: Sample
+    service_process: ServiceServer, redis_server: Any, model_dir: Path, unet: Sample
 ) -> None:
     url = service_process.url
     cold = rank_npz(url, unet)
@@ -75,7 +76,7 @@ def test_cache_levels_across_restarts_and_a_redis_outage(
 
 
 def test_hot_reload_over_http(
-    service_process: ServiceProcess, model_dir: Path, unet: Sample
+    service_process: ServiceServer, model_dir: Path, unet: Sample
 ) -> None:
     url = service_process.url
     auth = {"authorization": f"Bearer {ADMIN}"}

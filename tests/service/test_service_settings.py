@@ -18,7 +18,10 @@ def test_defaults() -> None:
     s = Settings()
     assert s.models == ["tile", "layout", "xla_cpu"]
     # the shipped artifacts wherever the package is, not relative to the working dir
-    assert s.model_dir == Path(__file__).resolve().parents[2] / "models" / "artifacts"
+    assert (
+        s.model_dir.resolve()
+        == Path(__file__).resolve().parents[2] / "models" / "artifacts"
+    )
     assert (s.model_dir / "tile" / "1" / "manifest.json").is_file()
     assert s.redis_url is None and s.admin_token is None
     assert s.redis_timeout_s <= 0.25 and s.cache_ttl_s > 0

@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from prometheus_client.multiprocess import MultiProcessCollector
-from servicekit import ADMIN, REPO, ServiceProcess, free_port, graph_json, metric
+from servicekit import ADMIN, graph_json, metric
 
+from xla_costmodel.procs import ServiceServer
 from xla_costmodel.service.settings import Settings
 from xla_costmodel.service.store import default_sqlite_url
 from xla_costmodel.service.store.schema import measurements
@@ -36,14 +37,10 @@ ROUNDS = 12  # at most, until both workers have answered
 
 
 @pytest.fixture
-def workers(
-    tmp_path: Path, model_dir: Path, redis_url: str
-) -> Iterator[ServiceProcess]:
+def workers(tmp_path: Path, model_dir: Path, redis_url: str) -> Iterator[ServiceServer]:
     tmp = tmp_path / "tmp"  # TMPDIR: where the command makes its metrics directory
     tmp.mkdir()
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "TMPDIR": str(tmp),
         "COSTMODEL_DATA_DIR": str(tmp_path / "data"),
         "COSTMODEL_ADMIN_TOKEN": ADMIN,
@@ -59,7 +56,7 @@ def workers(
         "--redis-url",
         redis_url,
     ]
-    server = ServiceProcess(free_port(), env, tmp_path / "service.log", argv)
+    server = ServiceServer(tmp_path, env, argv=argv)
     server.start()
     # Ready means one worker is; the other may still be loading its models.
     deadline = time.monotonic() + 60
@@ -69,13 +66,13 @@ def workers(
     server.stop()
 
 
-def metrics_dir(server: ServiceProcess) -> Path:
-    found = list(Path(server.env["TMPDIR"]).glob("costmodel-metrics-*"))
+def metrics_dir(server: ServiceServer) -> Path:
+    found = list(Path(server.settings_env["TMPDIR"]).glob("costmodel-metrics-*"))
     assert len(found) == 1, found
     return found[0]
 
 
-def per_worker(server: ServiceProcess, name: str, **labels: str) -> dict[int, float]:
+def per_worker(server: ServiceServer, name: str, **labels: str) -> dict[int, float]:
     """``name``'s value in each worker's own counter file, by PID."""
     out: dict[int, float] = {}
     for path in metrics_dir(server).glob("counter_*.db"):
@@ -88,9 +85,9 @@ def per_worker(server: ServiceProcess, name: str, **labels: str) -> dict[int, fl
     return out
 
 
-def last_stored(server: ServiceProcess, n: int) -> np.ndarray:
+def last_stored(server: ServiceServer, n: int) -> np.ndarray:
     """The configs of the newest ``n`` stored measurements, oldest first."""
-    url = default_sqlite_url(Path(server.env["COSTMODEL_DATA_DIR"]))
+    url = default_sqlite_url(Path(server.settings_env["COSTMODEL_DATA_DIR"]))
     engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
@@ -113,17 +110,17 @@ def parent_of(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def total(server: ServiceProcess, name: str, **labels: str) -> float:
+def total(server: ServiceServer, name: str, **labels: str) -> float:
     """The value /metrics shows (whichever worker answers the scrape)."""
     return metric(httpx.get(f"{server.url}/metrics").text, name, **labels)
 
 
-def post(server: ServiceProcess, path: str, body: dict[str, Any]) -> httpx.Response:
+def post(server: ServiceServer, path: str, body: dict[str, Any]) -> httpx.Response:
     """On a new connection each time, so the kernel may hand it to either worker."""
     return httpx.post(f"{server.url}{path}", json=body, timeout=30)
 
 
-def rank_round(server: ServiceProcess, body: dict[str, Any]) -> list[dict[str, Any]]:
+def rank_round(server: ServiceServer, body: dict[str, Any]) -> list[dict[str, Any]]:
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda _: post(server, "/v1/rank", body), range(BATCH)))
     assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
@@ -131,7 +128,7 @@ def rank_round(server: ServiceProcess, body: dict[str, Any]) -> list[dict[str, A
 
 
 def until_both_answer(
-    server: ServiceProcess, body: dict[str, Any], **labels: str
+    server: ServiceServer, body: dict[str, Any], **labels: str
 ) -> tuple[list[dict[str, Any]], dict[int, float]]:
     """Rank rounds until every worker has ``RANKINGS{labels}`` above its start."""
     start = per_worker(server, RANKINGS, **labels)
@@ -145,7 +142,7 @@ def until_both_answer(
 
 
 def test_two_workers_share_metrics_feedback_and_rankings_then_clean_up(
-    workers: ServiceProcess, kernel: Sample
+    workers: ServiceServer, kernel: Sample
 ) -> None:
     pids = set(per_worker(workers, RANKINGS))
     assert len(pids) == 2 and {parent_of(p) for p in pids} == {workers.proc.pid}  # type: ignore[union-attr]

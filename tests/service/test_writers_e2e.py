@@ -8,7 +8,6 @@ server's database; the server runs with ``COSTMODEL_FEEDBACK_AUTH=token``.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import threading
@@ -22,10 +21,11 @@ import httpx
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from servicekit import ARTIFACTS, REPO, TILE, ServiceProcess, free_port, metric
+from servicekit import ARTIFACTS, SERVE, TILE, metric
 from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
+from xla_costmodel.procs import ServiceServer, free_port
 from xla_costmodel.service.store.schema import measurements
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.reader import load_npz
@@ -41,7 +41,7 @@ class Served:
     url: str  # the service
     database: str  # its database
     tokens: dict[str, str]  # writer -> token
-    process: ServiceProcess
+    process: ServiceServer
 
     def client(self, writer: str | None = None, **kw: Any) -> httpx.Client:
         headers = (
@@ -71,7 +71,7 @@ def served(
         if pg.proc is None:
             pg.start()
         drop = pg.create_database()
-        database = pg.url(drop)
+        database = pg.database_url(drop)
     tokens = {}
     for name, targets in (
         ("honest", ["tpu-v3"]),
@@ -89,8 +89,6 @@ def served(
     if redis.proc is None:
         redis.start()
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "COSTMODEL_MODEL_DIR": str(root / "artifacts"),
         "COSTMODEL_MODELS": "tile",
         "COSTMODEL_DATABASE_URL": database,
@@ -102,7 +100,7 @@ def served(
         "COSTMODEL_MAX_HLO_INSTRUCTIONS": "50",
         "COSTMODEL_MAX_HLO_BYTES": "65536",
     }
-    process = ServiceProcess(free_port(), env, root / "service.log")
+    process = ServiceServer(root, env, argv=SERVE)
     process.start()
     try:
         yield Served(process.url, database, tokens, process)
@@ -392,7 +390,7 @@ def test_oversized_hlo_is_refused_before_featurizing(served: Served) -> None:
 
 
 def test_auto_stays_open_on_loopback(
-    service_process: ServiceProcess, kernel: Sample
+    service_process: ServiceServer, kernel: Sample
 ) -> None:
     """The default (auto) on 127.0.0.1: no token needed, a wrong one still refused."""
     with httpx.Client(base_url=service_process.url, timeout=60) as client:
@@ -417,8 +415,6 @@ def test_secrets_stay_out_of_answers_and_logs(
 ) -> None:
     password, admin = "hunter2-secret", "adm1n-secret"
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "COSTMODEL_MODEL_DIR": str(model_dir),
         "COSTMODEL_MODELS": "tile",
         "COSTMODEL_DATABASE_URL": f"postgres://writer:{password}@127.0.0.1:{free_port()}/x",
@@ -426,7 +422,7 @@ def test_secrets_stay_out_of_answers_and_logs(
         "COSTMODEL_FEEDBACK_AUTH": "token",
         "COSTMODEL_LOG_LEVEL": "DEBUG",
     }
-    process = ServiceProcess(free_port(), env, tmp_path / "service.log")
+    process = ServiceServer(tmp_path, env, argv=SERVE)
     process.start()
     try:
         with httpx.Client(base_url=process.url, timeout=60) as client:
@@ -449,7 +445,7 @@ def test_secrets_stay_out_of_answers_and_logs(
             assert answers[1].status_code == 403
     finally:
         process.stop()
-    log = (tmp_path / "service.log").read_text()
+    log = process.log_path.read_text()
     assert "database unavailable" in log  # the operator hears about it ...
     for text in [log, *(a.text for a in answers)]:
         assert password not in text and admin not in text  # ... never its secrets

@@ -5,7 +5,6 @@ and by a real uvicorn process for the replay autotuner."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from servicekit import NPZ, REPO, AppClient, ServiceProcess, free_port
+from servicekit import NPZ, SERVE, AppClient
 
 from xla_costmodel.clients import CostModelClient
 from xla_costmodel.clients.replay import Budget, Replayer
+from xla_costmodel.procs import ServiceServer
 from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.reader import load_npz
 
@@ -136,13 +136,11 @@ def test_replay_plays_xla_cpu_files(
     models = tmp_path / "models"
     shutil.copytree(artifact, models / MODEL / "1")
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "COSTMODEL_MODELS": MODEL,
         "COSTMODEL_MODEL_DIR": str(models),
         "COSTMODEL_DATA_DIR": str(tmp_path / "data"),
     }
-    server = ServiceProcess(free_port(), env, tmp_path / "service.log")
+    server = ServiceServer(tmp_path, env, argv=SERVE)
     server.start()
     try:
         with CostModelClient(server.url) as client:

@@ -12,7 +12,7 @@ import pytest
 from storekit import batch, gid, layout_configs, layout_graph, tile_graph
 
 from xla_costmodel.service.store import (
-    IdempotencyConflict,
+    IdempotencyKeyReused,
     MeasurementStore,
     StoreUnavailable,
     UnknownGraph,
@@ -151,7 +151,7 @@ def test_a_key_reused_for_another_request_conflicts(store: MeasurementStore) -> 
     first = batch(graph, layout_configs(2), idempotency_key="k", request_hash="a" * 64)
     store.add_measurements(first)
     other = batch(graph, layout_configs(2), idempotency_key="k", request_hash="b" * 64)
-    with pytest.raises(IdempotencyConflict, match="different request"):
+    with pytest.raises(IdempotencyKeyReused, match="different request"):
         store.add_measurements(other)
     assert store.generation("layout", "tpu-v3", graph)[0] == 2
 

@@ -54,7 +54,7 @@ def test_postgres_outage_is_unavailable_then_recovers(
     store = MeasurementStore.open(postgres_url)
     graph = saved_layout(store)
     store.add_measurements(batch(graph, layout_configs(4)))  # pooled connections
-    postgres_server.stop()
+    postgres_server.shutdown()
     calls = [
         lambda: store.add_measurements(batch(graph, layout_configs(4))),
         lambda: store.generation("layout", "tpu-v3", graph),

@@ -16,9 +16,9 @@ from storekit import batch, gid, tile_graph
 from xla_costmodel.service.store import (
     MeasurementStore,
     Quota,
-    QuotaExceeded,
     UnknownWriter,
     WriterExists,
+    WriterQuotaExceeded,
 )
 from xla_costmodel.service.store.migrate import alembic_config
 from xla_costmodel.service.store.schema import feedback_keys, graphs, measurements
@@ -106,7 +106,7 @@ def test_a_quota_bounds_each_writer_in_its_window(store: MeasurementStore) -> No
     graph = saved(store)
     quota = Quota(rows=10, window_s=3600)
     store.add_measurements(batch(graph, tile_configs(8), writer="a", quota=quota))
-    with pytest.raises(QuotaExceeded) as refused:
+    with pytest.raises(WriterQuotaExceeded) as refused:
         store.add_measurements(batch(graph, tile_configs(3), writer="a", quota=quota))
     assert 1 <= refused.value.retry_after_s <= 3601
     store.add_measurements(batch(graph, tile_configs(2), writer="a", quota=quota))

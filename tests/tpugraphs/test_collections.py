@@ -21,7 +21,6 @@ from xla_costmodel.tpugraphs.collections import (
     config_keys,
     get,
     infer,
-    of_shape,
 )
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.metrics import LAYOUT_KEYS, TILE_KEYS
@@ -122,11 +121,13 @@ def test_declared_properties() -> None:
     ]
 
 
-def test_shapes_name_their_collection() -> None:
-    assert of_shape(True).name == "layout"
-    assert of_shape(False).name == of_shape(False, 24).name == "tile"
-    assert of_shape(False, xla_cpu.WIDTH).name == "xla_cpu"
-    assert of_shape(False, 5).name == "tile"  # no match: the first of the shape
+def test_collections_are_named_each_with_its_folder() -> None:
+    """Names, not widths, tell collections apart (two may share a width)."""
+    assert [get(n).name for n in COLLECTION_NAMES] == list(COLLECTION_NAMES)
+    dirs = [get(n).dataset_dir for n in COLLECTION_NAMES]
+    assert len(set(dirs)) == len(dirs) and get("layout").dataset_dir.startswith(
+        "layout/"
+    )
 
 
 def test_metrics_and_baselines_follow_the_declaration() -> None:

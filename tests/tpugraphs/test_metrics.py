@@ -9,13 +9,11 @@ import numpy as np
 import pytest
 
 from xla_costmodel.tpugraphs.metrics import (
-    default_baseline_tile,
+    LAYOUT_METRICS,
+    TILE_METRICS,
     expected_random_topk_slowdown,
     kendall_tau,
-    layout_metrics,
     mean_metrics,
-    random_baseline,
-    tile_metrics,
     topk_slowdown,
 )
 
@@ -42,7 +40,7 @@ def test_topk_slowdown_by_hand() -> None:
 
 def test_tied_scores_are_broken_by_config_index() -> None:
     assert topk_slowdown([0.0, 0.0], [30.0, 10.0], 1) == pytest.approx(2.0)
-    assert tile_metrics([1.0, 1.0, 1.0], [3.0, 2.0, 1.0])[
+    assert TILE_METRICS([1.0, 1.0, 1.0], [3.0, 2.0, 1.0])[
         "top1_slowdown"
     ] == pytest.approx(2.0)
 
@@ -79,16 +77,16 @@ def test_expected_random_slowdown_equals_enumeration() -> None:
 
 
 def test_random_baseline_has_every_key_and_zero_tau() -> None:
-    assert set(random_baseline("tile", [1.0, 2.0])) == set(
-        tile_metrics([0, 1], [1.0, 2.0])
+    assert set(TILE_METRICS.random_baseline([1.0, 2.0])) == set(
+        TILE_METRICS([0, 1], [1.0, 2.0])
     )
-    layout = random_baseline("layout", [1.0, 2.0, 3.0])
+    layout = LAYOUT_METRICS.random_baseline([1.0, 2.0, 3.0])
     assert layout["kendall_tau"] == 0.0
-    assert set(layout) == set(layout_metrics([0, 1, 2], [1.0, 2.0, 3.0]))
+    assert set(layout) == set(LAYOUT_METRICS([0, 1, 2], [1.0, 2.0, 3.0]))
 
 
 def test_default_baseline_is_the_normaliser_over_the_best() -> None:
-    got = default_baseline_tile([0.8, 1.0, 2.0], 1.0)
+    got = TILE_METRICS.default_baseline([0.8, 1.0, 2.0], 1.0)
     assert got == {
         "top1_slowdown": pytest.approx(0.25),
         "top5_slowdown": pytest.approx(0.25),

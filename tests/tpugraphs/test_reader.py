@@ -141,7 +141,7 @@ def test_layout_validation_cases() -> None:
     ops = np.array([63, 63, 26, 75])
     edges = np.array([[2, 0], [2, 1], [3, 2]])
     g = make_graph(feat, ops, edges, node_config_ids=[2, 3])
-    assert g.collection == "layout" and g.node_opcode.dtype == np.uint8
+    assert g.num_configurable == 2 and g.node_opcode.dtype == np.uint8
     with pytest.raises(GraphFormatError, match="strictly increasing") as info:
         make_graph(feat, ops, edges, node_config_ids=[3, 2])
     assert info.value.key == "node_config_ids"

@@ -1,0 +1,286 @@
+"""One collection run, in ``costmodel collect``'s child process: programs one at a
+time, compile all configs, then measure.
+
+Imports jax at import time: only the collect command's worker and tests import it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import platform
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from xla_costmodel.clients.xla import probe
+from xla_costmodel.clients.xla.measure import (
+    Measurement,
+    TimingProtocol,
+    disagreement,
+    measure,
+)
+from xla_costmodel.collection import record
+from xla_costmodel.collection.progress import make_log, pending, summary_line
+from xla_costmodel.collection.zoo import Program
+from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs.hlo.featurize import featurize_hlo
+
+Options = dict[str, xla_cpu.OptionValue]
+# Test hook: (index, options) -> options actually compiled (e.g. to force a failure).
+OptionsHook = Callable[[int, Options], Options]
+# Starts of one program after which a program that keeps crashing is dropped.
+MAX_ATTEMPTS = 4
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("jax", "jaxlib", "keras", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def run_collection(
+    programs: Sequence[Program],
+    out: Path,
+    *,
+    configs: int,
+    seed: int,
+    protocol: TimingProtocol,
+    time_budget: float,
+    controls: int = 2,
+    compile_cpus: Sequence[int] | None = None,
+    pinned: Sequence[int] | None = None,
+    options_hook: OptionsHook | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Collect every pending program into ``out``; returns their sidecars."""
+    out.mkdir(parents=True, exist_ok=True)
+    log = make_log(out / "progress.log")
+    rows = xla_cpu.sample(configs, seed)
+    todo = pending(programs, out)
+    log(
+        f"start: {len(todo)} of {len(programs)} programs pending, {configs} configs, "
+        f"pinned to {list(pinned or [])}, load {machine.load_average()}"
+    )
+    started = time.monotonic()
+    sides: list[dict[str, Any]] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        disable=not progress,
+    ) as bar:
+        task = bar.add_task("collect", total=len(todo))
+        for i, program in enumerate(todo):
+            bar.update(task, description=program.name)
+            left = time_budget - (time.monotonic() - started)
+            # Half of a program's share of the time left goes to measuring it.
+            budget = max(5.0, 0.5 * left / (len(todo) - i))
+            side = collect_program(
+                program,
+                out,
+                rows,
+                _replace_budget(protocol, budget),
+                seed=seed,
+                controls=controls,
+                compile_cpus=compile_cpus,
+                pinned=pinned,
+                options_hook=options_hook,
+                log=log,
+            )
+            sides.append(side)
+            log(summary_line(side))
+            bar.advance(task)
+    log(f"done in {time.monotonic() - started:.0f} s")
+    return sides
+
+
+def _replace_budget(protocol: TimingProtocol, budget: float) -> TimingProtocol:
+    return replace(protocol, budget_s=min(protocol.budget_s, budget))
+
+
+def collect_program(
+    program: Program,
+    out: Path,
+    rows: np.ndarray[Any, np.dtype[np.float32]],
+    protocol: TimingProtocol,
+    *,
+    seed: int,
+    controls: int,
+    compile_cpus: Sequence[int] | None,
+    pinned: Sequence[int] | None,
+    options_hook: OptionsHook | None,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """Build, featurize, compile and measure one program; write its files."""
+    phase: dict[str, float] = {}
+    t = time.monotonic()
+    side: dict[str, Any] = {
+        "name": program.name,
+        "family": program.family,
+        "description": program.description,
+        "spec": xla_cpu.SPEC,
+        "columns": list(xla_cpu.COLUMNS),
+        "seed": seed,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "versions": versions(),
+        "machine": machine.describe(),
+        "pinned_cpus": list(pinned or []),
+        "compile_cpus": list(compile_cpus or []),
+        "load_average_start": machine.load_average(),
+    }
+    fn, args = program.build()
+    phase["build"] = time.monotonic() - t
+    t = time.monotonic()
+    lowered = jax.jit(fn).lower(*args)
+    hlo_text = lowered.as_text(dialect="hlo")
+    graph = featurize_hlo(hlo_text, configurable=None)
+    phase["lower_featurize"] = time.monotonic() - t
+    side |= {"nodes": graph.num_nodes, "edges": len(graph.edge_index)}
+    t = time.monotonic()
+    options: list[Options] = [xla_cpu.to_options(r) for r in rows]
+    if options_hook is not None:
+        options = [options_hook(i, o) for i, o in enumerate(options)]
+    n = len(options)
+    journal = probe.Journal(out / f".{program.name}.journal")
+    if journal.attempts() >= MAX_ATTEMPTS:
+        side |= {
+            "status": "dropped",
+            "reason": f"crashed the process {MAX_ATTEMPTS} times",
+        }
+        record.write_program(out, program.name, hlo_text, None, side)
+        journal.remove()
+        return side
+    journal.mark("attempt")
+    entries = probe.compile_and_probe(
+        lowered,
+        [*options, *probe.CONTROL_OPTIONS[:controls]],
+        args,
+        journal,
+        compile_cpus,
+    )
+    compiled, ctrl = entries[:n], entries[n:]
+    phase["compile"] = time.monotonic() - t
+    log(f"{program.name}: compiled {n} + {controls} in {phase['compile']:.1f} s")
+    ok = [k for k, c in enumerate(compiled) if c["executable"] is not None]
+    side["compile_failures"] = [
+        {"row": k, "options": options[k], "error": compiled[k]["error"]}
+        for k, c in enumerate(compiled)
+        if c["executable"] is None
+    ]
+    side["controls_same_optimized_hlo"] = all(
+        c["sha1"] == compiled[0]["sha1"] for c in ctrl
+    )
+    side["controls_distinct_executables"] = _distinct([compiled[0], *ctrl])
+    runners = [_runner(compiled[k]["executable"], args) for k in ok]
+    runners += [_runner(c["executable"], args) for c in ctrl if c["executable"]]
+    defaults = [len(ok) + j for j in range(len(runners) - len(ok))]
+    if ok and ok[0] == 0:
+        defaults = [0, *defaults]
+    rng = np.random.default_rng([seed, zlib.crc32(program.name.encode())])
+    t = time.monotonic()
+    attempts: list[dict[str, Any]] = []
+    m: Measurement | None = None
+    for _ in range(protocol.attempts if ok and ok[0] == 0 else 0):
+        m = measure(runners, protocol, rng)
+        noise = disagreement(m.median_ns[defaults])
+        attempts.append(
+            {
+                "noise": noise,
+                "rounds": m.rounds,
+                "seconds": round(m.seconds, 1),
+                "default_copies_ns": m.median_ns[defaults].tolist(),
+            }
+        )
+        if noise <= protocol.noise_threshold:
+            break
+    phase["measure"] = time.monotonic() - t
+    side["attempts"] = attempts
+    side["load_average_end"] = machine.load_average()
+    side["compile_s"] = [round(c["seconds"], 3) for c in compiled]
+    side["optimized_hlo_sha1"] = [c["sha1"] for c in compiled]
+    side["max_rel_diff"] = [c.get("max_rel_diff") for c in compiled]
+    side["protocol"] = {
+        "runs": protocol.runs,
+        "min_rounds": protocol.min_rounds,
+        "max_rounds": protocol.max_rounds,
+        "budget_s": round(protocol.budget_s, 1),
+        "noise_threshold": protocol.noise_threshold,
+        "controls": controls,
+    }
+    npz = None
+    if m is None:
+        side |= {"status": "dropped", "reason": "the default config failed to compile"}
+    elif attempts[-1]["noise"] > protocol.noise_threshold:
+        side |= {
+            "status": "dropped",
+            "reason": f"controls disagree by {attempts[-1]['noise']:.3f}",
+        }
+    else:
+        # Per-round speed normalisation (measure.normalised_medians); the noise
+        # (the controls' disagreement) stays on the raw medians.
+        runtimes = m.normalised_ns[: len(ok)].copy()
+        # Row 0 is the default config; its runtime is the median of its copies.
+        runtimes[0] = int(np.median(m.normalised_ns[defaults]))
+        npz = record.npz_bytes(graph, rows[ok], runtimes)
+        side |= _summary(runtimes, ok, options, m, defaults)
+    del runners, compiled, ctrl, entries, lowered, fn, args
+    gc.collect()
+    phase["total"] = sum(phase.values())
+    side["phase_s"] = {k: round(v, 2) for k, v in phase.items()}
+    record.write_program(out, program.name, hlo_text, npz, side)
+    journal.remove()
+    return side
+
+
+def _summary(
+    runtimes: np.ndarray[Any, np.dtype[np.int64]],
+    ok: list[int],
+    options: list[Options],
+    m: Measurement,
+    defaults: list[int],
+) -> dict[str, Any]:
+    best = int(runtimes.min())
+    return {
+        "status": "ok",
+        "rows": ok,  # sampled row index of each npz row
+        "options": [options[k] for k in ok],
+        "config_runtime_ns": runtimes.tolist(),
+        "round_min_ns": m.round_min_ns[: len(ok)].tolist(),
+        "default_copies_ns": m.median_ns[defaults].tolist(),
+        "configs_measured": len(ok),
+        "rounds": m.rounds,
+        "noise": disagreement(m.median_ns[defaults]),
+        "default_ms": runtimes[0] / 1e6,
+        "best_ms": best / 1e6,
+        "best_row": ok[int(runtimes.argmin())],
+        "best_over_default": best / int(runtimes[0]),
+        "worst_over_best": int(runtimes.max()) / best,
+    }
+
+
+def _runner(executable: Any, args: tuple[Any, ...]) -> Callable[[], object]:
+    def run() -> object:
+        return jax.block_until_ready(executable(*args))  # type: ignore[no-untyped-call]
+
+    return run
+
+
+def _distinct(compiled: list[dict[str, Any]]) -> bool:
+    ids = [
+        id(c["executable"].runtime_executable()) for c in compiled if c["executable"]
+    ]
+    return len(set(ids)) == len(ids)

@@ -1,0 +1,332 @@
+"""Measurement generations without a database round trip per rank.
+
+    gens = Generations(redis, events, freshness_s=0.1, alone=False)
+    gens.start()                                       in the lifespan; aclose() on exit
+    await gens.current(collection, target, gid, read)  the cached generation, or read()
+    await gens.wrote(collection, target, gid)          after a commit, before the ack
+    gens.on_change(listener)                           e.g. wake the knowledge refresher
+
+A generation is what the store answers for a key's measurements (count, newest id:
+``MeasurementStore.generation``; ``gid=None``: the whole target's,
+``target_generation``). ``current`` answers from memory while the cached value is
+known fresh, else awaits ``read`` (the caller's database query) and caches it.
+
+How a cached value stays fresh, and the staleness bound after ``wrote`` returns:
+
+- The writing process drops its own entry at once (0 ms) and PUBLISHes the key on
+  ``CHANNEL``. Every process subscribes (a task of the app's loop) and drops the
+  entries a message names: the bound is Redis's delivery latency while the
+  subscription is live (tests/service/test_generations.py measures it: ≤ 100 ms).
+- While the subscription is not live (Redis down, reconnecting, or no Redis with
+  other processes sharing the database) a value is trusted for ``freshness_s``
+  after its read began (``COSTMODEL_FRESHNESS_S``): that is the bound then. When the
+  subscription comes (back) up every entry is dropped: messages may have been lost.
+- ``alone`` (no other process writes the database: one worker, not Ray, SQLite;
+  ``is_alone``) makes local invalidation complete: values are trusted until this
+  process writes. Writes by another program (``costmodel measurements purge``) are
+  seen only through ``CHANNEL`` (``announce``).
+- A live subscription that goes silent is declared dead after ``2 * heartbeat_s``
+  without a reply to its PINGs; and a value is never trusted longer than
+  ``live_trust_s`` while live, a backstop for a publish lost to a writer's own
+  Redis outage.
+
+A read that began before an invalidation of its key is returned but not cached
+(it may predate the write). Redis failures never fail a caller: they are logged,
+counted and only shorten the trust to ``freshness_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
+
+from xla_costmodel.service.core.lru import LRU
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "costmodel:measurements:v1"
+Generation = tuple[int, int]  # (count, newest id) of the measurements
+Key = tuple[str, str, str | None]  # collection, target, graph id (None: the target)
+# (collection, target) written; None: anything may have changed.
+Listener = Callable[[tuple[str, str] | None], None]
+Source = Literal["local", "remote", "resubscribe"]
+ErrorOp = Literal["publish", "subscribe", "message"]
+_REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+
+
+class GenerationEvents(Protocol):
+    """What ``Generations`` reports (``xla_costmodel.service.metrics.Metrics``)."""
+
+    def generation_lookup(self, hit: bool) -> None: ...
+    def generation_invalidated(self, source: Source) -> None: ...
+    def generation_subscription(self, live: bool) -> None: ...
+    def generation_error(self, op: ErrorOp) -> None: ...
+
+
+def is_alone(workers: int, ray: bool, database_url: str | None) -> bool:
+    """Whether this process is the database's only writer: one uvicorn worker, not
+    a Ray replica, and SQLite (PostgreSQL is there to be shared by replicas)."""
+    sqlite = database_url is None or database_url.startswith("sqlite")
+    return workers == 1 and not ray and sqlite
+
+
+async def announce(redis: Redis) -> None:
+    """Tell every subscribed process that measurements changed outside the service
+    (a purge): each drops every generation it cached. Raises ``RedisError``; for
+    tools, not the request path."""
+    await redis.publish(CHANNEL, _encode("announce", None, None, None))
+
+
+@dataclass
+class _Entry:
+    value: Generation
+    read_at: float  # when the read began: the bound runs from there
+
+
+@dataclass(eq=False)
+class _Read:
+    """A read under way; ``stale`` once its key was invalidated meanwhile."""
+
+    stale: bool = field(default=False)
+
+
+class Generations:
+    def __init__(
+        self,
+        redis: Redis | None,
+        events: GenerationEvents,
+        *,
+        freshness_s: float,
+        alone: bool,
+        entries: int = 16_384,
+        live_trust_s: float = 60.0,
+        heartbeat_s: float = 1.0,
+        reconnect_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.redis = redis
+        self.events = events
+        self.freshness_s = freshness_s
+        self.alone = alone
+        self.max_entries = entries
+        self.live_trust_s = live_trust_s
+        self.heartbeat_s = heartbeat_s
+        self.reconnect_s = reconnect_s
+        self._clock = clock
+        self._origin = uuid.uuid4().hex  # this process's own messages are skipped
+        self._entries: LRU[Key, _Entry] = LRU(entries)
+        self._reads: dict[Key, set[_Read]] = {}
+        self._listeners: list[Listener] = []
+        self._live = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def live(self) -> bool:
+        """Whether the subscription is up (invalidations from others arrive)."""
+        return self._live
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def on_change(self, listener: Listener) -> None:
+        """Call ``listener`` on every write this process learns of, local or remote
+        (``(collection, target)``; None: anything may have changed). It runs in the
+        event loop and must not block."""
+        self._listeners.append(listener)
+
+    # -- the request path ---------------------------------------------------------
+
+    async def current(
+        self,
+        collection: str,
+        target: str,
+        gid: str | None,
+        read: Callable[[], Awaitable[Generation]],
+    ) -> Generation:
+        """The generation of (collection, target, gid): cached while known fresh,
+        else ``await read()`` (its errors propagate; nothing is cached then)."""
+        key = (collection, target, gid)
+        now = self._clock()
+        entry = self._entries.get(key)
+        if entry is not None and self._trusted(entry, now):
+            self.events.generation_lookup(True)
+            return entry.value
+        pending = _Read()
+        self._reads.setdefault(key, set()).add(pending)
+        try:
+            value = await read()
+        finally:
+            reads = self._reads[key]
+            reads.discard(pending)
+            if not reads:
+                del self._reads[key]
+        self.events.generation_lookup(False)
+        if not pending.stale:
+            self._entries.put(key, _Entry(value, now))
+        return value
+
+    async def wrote(self, collection: str, target: str, gid: str) -> None:
+        """This process committed measurements of (collection, target, gid): forget
+        them here at once, then tell the other processes (best-effort)."""
+        self._invalidate(collection, target, gid, "local")
+        if self.redis is None:
+            return
+        try:
+            await self.redis.publish(
+                CHANNEL, _encode(self._origin, collection, target, gid)
+            )
+        except _REDIS_ERRORS as exc:
+            self.events.generation_error("publish")
+            log.warning("generation not published", extra={"error": repr(exc)})
+
+    def _trusted(self, entry: _Entry, now: float) -> bool:
+        age = now - entry.read_at
+        if self._live:
+            return age <= self.live_trust_s
+        return self.alone or age <= self.freshness_s
+
+    def _invalidate(
+        self, collection: str, target: str, gid: str, source: Source
+    ) -> None:
+        # A graph's write changes its target's generation too.
+        for key in ((collection, target, gid), (collection, target, None)):
+            self._entries.discard(key)
+            for pending in self._reads.get(key, ()):
+                pending.stale = True
+        self.events.generation_invalidated(source)
+        self._notify((collection, target))
+
+    def _drop_all(self, source: Source) -> None:
+        self._entries = LRU(self.max_entries)
+        for reads in self._reads.values():
+            for pending in reads:
+                pending.stale = True
+        self.events.generation_invalidated(source)
+        self._notify(None)
+
+    def _notify(self, change: tuple[str, str] | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(change)
+            except Exception:  # one listener's bug must not stop invalidation
+                log.exception("generation listener failed")
+
+    # -- the subscriber -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the subscriber (with Redis; a task of the running loop)."""
+        if self.redis is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._subscribe())
+
+    async def aclose(self) -> None:
+        """Stop the subscriber. The Redis client is the caller's to close (after)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._set_live(False)
+
+    async def _subscribe(self) -> None:
+        assert self.redis is not None
+        while True:
+            pubsub = self.redis.pubsub()
+            try:
+                await self._listen(pubsub)
+            except (*_REDIS_ERRORS, _Silent) as exc:
+                if self._live:
+                    log.warning("generations unsubscribed", extra={"error": repr(exc)})
+                self.events.generation_error("subscribe")
+            except Exception:  # a bug: stay in the short bound, and try again
+                log.exception("generations subscriber failed")
+                self.events.generation_error("subscribe")
+            finally:
+                self._set_live(False)
+                # A fresh PubSub each time: redis-py would otherwise resubscribe
+                # silently on reconnect, and the entries would not be dropped.
+                with contextlib.suppress(*_REDIS_ERRORS):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await asyncio.sleep(self.reconnect_s)
+
+    async def _listen(self, pubsub: PubSub) -> None:
+        await pubsub.subscribe(CHANNEL)
+        loop = asyncio.get_running_loop()
+        heard = pinged = loop.time()
+        while True:
+            message = await pubsub.get_message(timeout=self.heartbeat_s)
+            now = loop.time()
+            if message is not None:
+                heard = now
+                self._received(message)
+            if now - heard > 2 * self.heartbeat_s:
+                raise _Silent(f"no reply from Redis for {now - heard:.1f} s")
+            if now - pinged >= self.heartbeat_s:
+                await pubsub.ping()
+                pinged = now
+
+    def _received(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "subscribe":
+            # Up (again): whatever was published while down is lost.
+            self._drop_all("resubscribe")
+            self._set_live(True)
+            log.info("generations subscribed")
+        elif kind == "message":
+            self._message(message.get("data"))
+
+    def _message(self, data: object) -> None:
+        try:
+            origin, collection, target, gid = _decode(data)
+        except ValueError:
+            self.events.generation_error("message")
+            self._drop_all("remote")  # unreadable: assume the worst
+            return
+        if origin == self._origin:
+            return  # invalidated locally before it was published
+        if collection is None or target is None or gid is None:
+            self._drop_all("remote")  # an announcement
+        else:
+            self._invalidate(collection, target, gid, "remote")
+
+    def _set_live(self, live: bool) -> None:
+        if live != self._live:
+            self._live = live
+            self.events.generation_subscription(live)
+
+
+class _Silent(Exception):
+    """The subscription's connection stopped answering PINGs."""
+
+
+def _encode(
+    origin: str, collection: str | None, target: str | None, gid: str | None
+) -> bytes:
+    return json.dumps([origin, collection, target, gid]).encode()
+
+
+def _decode(data: object) -> tuple[str, str | None, str | None, str | None]:
+    if not isinstance(data, bytes | str):
+        raise ValueError("not a string")
+    try:
+        fields = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ValueError(str(exc)) from None
+    if (
+        not isinstance(fields, list)
+        or len(fields) != 4
+        or not isinstance(fields[0], str)
+        or not all(f is None or isinstance(f, str) for f in fields[1:])
+    ):
+        raise ValueError("expected [origin, collection, target, gid]")
+    return fields[0], fields[1], fields[2], fields[3]

@@ -1,0 +1,152 @@
+"""Graphs as requests bring them: validated, featurized, archived and embedded.
+
+    Graphs.graph(raw, runner) -> (graph, gid)       validate (HLO: featurize), keep
+                                                    its record, archive it
+    Graphs.embed(runner, gid, graph) -> (embedding, source)   cached, else encoded
+    Graphs.cached(runner, gid) -> (embedding, source)   by id alone; GraphNotFound
+    Graphs.known(runner, gid) -> (embedding, source)    by id, else from the archive
+    Graphs.raw_configs(raw, runner, gid)            raw configs against its record
+
+HLO text is featurized, and large arrays checked, off the loop (pure Python, seconds
+for a big module); encoding runs in the scorer's bounded pool.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+
+from xla_costmodel.runner import ArtifactRunner, Embedding
+from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache, Source
+from xla_costmodel.service.core.graph_archive import GraphArchive
+from xla_costmodel.service.core.graph_meta import GraphMeta, GraphMetaStore
+from xla_costmodel.service.core.hlo import HloText, check_hlo_size, featurize_graph
+from xla_costmodel.service.core.inputs import (
+    INLINE_BYTES,
+    Limits,
+    RawGraph,
+    build_graph,
+)
+from xla_costmodel.service.core.raw_configs import RawConfigs, encode_raw
+from xla_costmodel.service.core.scoring import Scorer
+from xla_costmodel.service.errors import GraphMetadataNotFound, GraphNotFound
+from xla_costmodel.service.store import StoreError
+from xla_costmodel.tpugraphs.arrays import Graph
+
+Found = tuple[Embedding, Source]
+
+
+class Programs(Protocol):
+    """Who learns each graph's opcodes (``TargetKnowledge``: its summaries)."""
+
+    def remember(self, gid: str, node_opcode: npt.ArrayLike) -> None: ...
+
+
+class Graphs:
+    def __init__(
+        self,
+        limits: Limits,
+        cache: EmbeddingCache,
+        records: GraphMetaStore,
+        archive: GraphArchive,
+        programs: Programs,
+        scorer: Scorer,
+    ) -> None:
+        self.limits = limits
+        self.cache = cache
+        self.records = records
+        self.archive = archive
+        self.programs = programs
+        self.scorer = scorer
+
+    async def graph(
+        self, raw: RawGraph | HloText, runner: ArtifactRunner
+    ) -> tuple[Graph, str]:
+        """Validate (HLO text: featurize, always off the loop), keep its record, and
+        archive it in the measurement database on first sight (best-effort)."""
+        meta: GraphMeta | None
+        if isinstance(raw, HloText):
+            check_hlo_size(raw, self.limits)
+            # In the bounded pool: pure Python, seconds for a big module.
+            graph, gid, meta = await self.scorer.run(
+                featurize_graph, raw, runner.collection, self.limits
+            )
+        else:
+            args = (raw, runner.collection, self.limits)
+            if raw.nbytes <= INLINE_BYTES:
+                graph, gid = build_graph(*args)
+            else:
+                graph, gid = await anyio.to_thread.run_sync(build_graph, *args)
+            meta = GraphMeta.of_graph(graph)
+        if meta is not None:
+            await self.records.remember(gid, meta)
+        if runner.manifest.spec.default_config is not None:  # knowledge needs one
+            self.programs.remember(gid, graph.node_opcode)
+        await self.archive.keep(gid, runner.collection, graph)
+        return graph, gid
+
+    async def embed(self, runner: ArtifactRunner, gid: str, graph: Graph) -> Found:
+        """The graph's embedding: cached, else encoded in the pool (once per key)."""
+
+        async def compute() -> Embedding:
+            return await self.scorer.run(self.scorer.encode, runner, graph)
+
+        key = CacheKey(runner.name, runner.version, gid)
+        return await self.cache.get_or_compute(key, runner.embedding_shapes, compute)
+
+    async def cached(self, runner: ArtifactRunner, gid: str) -> Found:
+        """The cached embedding of a graph named by id (``GraphNotFound`` if none)."""
+        key = CacheKey(runner.name, runner.version, gid)
+        found = await self.cache.lookup(key, runner.embedding_shapes)
+        if found is None:
+            raise GraphNotFound(
+                f"graph {gid} is not cached for {runner.name} v{runner.version}; "
+                "upload it with PUT /v1/graphs or send it inline",
+                "graph_id",
+            )
+        return found
+
+    async def known(self, runner: ArtifactRunner, gid: str) -> Found:
+        """The cached embedding, else one computed from the archived graph (feedback
+        reaching a replica or a restart that never ranked this graph)."""
+        try:
+            return await self.cached(runner, gid)
+        except GraphNotFound:
+            try:
+                graph = await self.archive.load(gid)
+            except StoreError:
+                graph = None
+            # A graph of the model's shape (archived by another collection's model
+            # too: a graph is stored once, by content).
+            if (
+                graph is None
+                or (graph.node_config_ids is not None) != runner.spec.per_node
+            ):
+                raise
+            return await self.embed(runner, gid, graph)
+
+    async def raw_configs(
+        self, raw: RawConfigs, runner: ArtifactRunner, gid: str
+    ) -> npt.NDArray[np.float32]:
+        """Raw configs as the model's config arrays, resolved against the graph's
+        record of its configurable nodes (layout)."""
+        meta = None
+        if runner.spec.per_node:  # raw configs name the graph's configurable nodes
+            meta = await self.records.get(gid)
+            if meta is None:
+                raise GraphMetadataNotFound(
+                    f"no record of graph {gid}'s configurable nodes (it was cached "
+                    "before, or its record expired): re-upload it with PUT /v1/graphs, "
+                    "or send it inline as hlo or graph",
+                    raw.field,
+                )
+        return await anyio.to_thread.run_sync(
+            encode_raw, raw, runner.collection, meta, self.limits.max_configs
+        )
+
+    def forget(self, gid: str) -> None:
+        """The database does not hold the graph after all: archive it again."""
+        self.archive.forget(gid)

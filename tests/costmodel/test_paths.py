@@ -1,0 +1,51 @@
+"""Checkout data is found from the working directory, or the command names the flag.
+
+Training reads ``../shared/tpugraphs`` and ``datasets/xla_cpu`` relative to where it
+runs (the repository root under ``make``), never relative to where the module lies: an
+installed package has neither beside it. The shipped artifacts are package data.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xla_costmodel import shipped_models
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("module", "flag"),
+    [
+        ("xla_costmodel.models.xla_cpu_recipe", "--data"),
+        ("xla_costmodel.models.shipped", "--shared"),
+    ],
+)
+def test_a_missing_default_names_the_flag(
+    module: str, flag: str, tmp_path: Path
+) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=tmp_path,  # no datasets/ and no ../shared here
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 1, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no ") and f"pass {flag} PATH" in last, last
+    assert not (tmp_path / "runs").exists()  # nothing written before the check
+
+
+def test_the_shipped_models_are_package_data() -> None:
+    found = shipped_models()
+    assert found.resolve() == REPO / "models" / "artifacts"
+    assert {p.name for p in found.iterdir() if p.is_dir()} >= {
+        "tile",
+        "layout",
+        "xla_cpu",
+    }

@@ -1,0 +1,159 @@
+"""The package's import graph has no cycle, hidden or not, and clients/ never imports
+collection/.
+
+Every module of ``xla_costmodel`` (the linked folders included) is parsed with ``ast``;
+every ``import``/``from ... import`` of ``xla_costmodel.*`` counts, at module level or
+inside a function (a function-local import is the usual way to hide a cycle) or under
+``TYPE_CHECKING``. ``from pkg import name`` counts as an import of the submodule
+``pkg.name`` when there is one, else of ``pkg`` itself (its ``__init__``).
+
+Not counted: the implicit import of a parent package before its submodule. A package
+``__init__`` re-exporting its submodules (``clients/__init__.py``) would otherwise
+close a "cycle" with each of them, although the parent never needs a name of the
+submodule that is not defined yet; a submodule that really reads a name of its
+parent's ``__init__`` writes ``from xla_costmodel.pkg import Name``, which is counted.
+Nor the command table of ``xla_costmodel/cli.py`` (module names as strings, imported
+when a command runs).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "xla_costmodel"
+ROOT = PACKAGE.name
+
+Graph = dict[str, dict[str, int]]  # module -> {imported module: line of the import}
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name -> file, following the folders' symlinks into the package."""
+    found: dict[str, Path] = {}
+    for folder, _, files in os.walk(PACKAGE, followlinks=True):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = Path(folder) / name
+            parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _imported(node: ast.AST, package: str) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:  # relative: up from this module's package
+            parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*parent, base] if base else parent)
+        yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def import_graph(found: dict[str, Path]) -> Graph:
+    graph: Graph = {name: {} for name in found}
+    for name, path in found.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for target in _imported(node, package):
+                while target and target not in found:  # a name, not a module
+                    target = target.rpartition(".")[0]
+                if target.startswith(ROOT) and target != name:
+                    graph[name].setdefault(target, getattr(node, "lineno", 0))
+    return graph
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(graph[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def describe(component: list[str], graph: Graph, found: dict[str, Path]) -> str:
+    """The component's edges, each with the file and line of its import."""
+    lines = [" <-> ".join(component)]
+    for module in component:
+        for target, line in sorted(graph[module].items()):
+            if target in component:
+                where = found[module].relative_to(PACKAGE.parent)
+                lines.append(f"  {module} -> {target}  ({where}:{line})")
+    return "\n".join(lines)
+
+
+def test_no_import_cycle_even_through_function_local_imports() -> None:
+    found = modules()
+    graph = import_graph(found)
+    assert len(found) > 100  # the linked folders were followed
+    report = [describe(c, graph, found) for c in cycles(graph)]
+    assert not report, "import cycles:\n" + "\n".join(report)
+
+
+def test_the_client_never_imports_the_collection_tooling() -> None:
+    graph = import_graph(modules())
+    wrong = [
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith(f"{ROOT}.clients")
+        for target in targets
+        if target.startswith(f"{ROOT}.collection")
+    ]
+    assert not wrong, wrong
+
+
+def test_the_checker_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
+    sources = {
+        "one": f"from {ROOT}.two import X\n",
+        "two": f"def f() -> None:\n    from {ROOT} import three\n",
+        "three": "def g() -> None:\n    from . import one\n",
+        "four": f"import {ROOT}.one\n",
+    }
+    found = {}
+    for name, text in sources.items():
+        (tmp_path / f"{name}.py").write_text(text)
+        found[f"{ROOT}.{name}"] = tmp_path / f"{name}.py"
+    graph = import_graph(found)
+    assert graph[f"{ROOT}.three"] == {f"{ROOT}.one": 2}
+    assert cycles(graph) == [[f"{ROOT}.{m}" for m in ("one", "three", "two")]]
+    del found[f"{ROOT}.three"]
+    assert cycles(import_graph(found)) == []
