@@ -119,9 +119,44 @@ def revoke(
 def purge(
     writer: Annotated[str, typer.Option(help="the writer whose measurements go")],
     database_url: DatabaseUrl = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="COSTMODEL_REDIS_URL",
+            help="the service's Redis: every process hears of the purge at once",
+        ),
+    ] = None,
 ) -> None:
     """Delete every measurement a writer stored; every replica's rankings forget them."""
     with open_store(database_url) as store:
         deleted = store.writers.purge(writer)
     err.print(f"deleted {deleted} measurements of writer {writer!r}")
+    if redis_url:
+        _announce(redis_url)
     typer.echo(deleted)
+
+
+def _announce(url: str) -> None:
+    """Tell the service's processes that measurements changed (generations.py);
+    without it they notice within ``LIVE_TRUST_S``."""
+    import asyncio
+
+    from redis.exceptions import RedisError
+
+    from xla_costmodel.service.core.generations import LIVE_TRUST_S, announce
+    from xla_costmodel.service.core.redis_store import connect
+
+    async def run() -> None:
+        client = connect(url, 2.0, 2.0)
+        try:
+            await announce(client)
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(run())
+    except (RedisError, OSError) as exc:
+        err.print(
+            f"[yellow]Redis not told ({exc}); the service forgets the purged "
+            f"measurements within {LIVE_TRUST_S:.0f} s[/]"
+        )

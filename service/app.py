@@ -26,6 +26,7 @@ from xla_costmodel.service.core.cache import EmbeddingCache, embedding_memory
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.feedback import FeedbackRecorder
 from xla_costmodel.service.core.fleet import FleetGain
+from xla_costmodel.service.core.generations import Generations, is_alone
 from xla_costmodel.service.core.graph_archive import GraphArchive
 from xla_costmodel.service.core.graph_meta import GraphMetaStore
 from xla_costmodel.service.core.graphs import Graphs
@@ -89,16 +90,27 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.database_url
         else partial(default_sqlite_url, settings.data_dir)
     )
-    app.state.database = db = Database(url)
+    app.state.database = db = Database(url, on_statement=metrics.db_statement)
+    database_url = (
+        settings.database_url.get_secret_value() if settings.database_url else None
+    )
+    alone = is_alone(settings.workers, app.state.replica, database_url)
+    generations = Generations(
+        None if redis is None else redis.client,
+        metrics,
+        freshness_s=settings.freshness_s,
+        alone=alone,
+    )
     adaptation = Adaptation(
         db,
+        generations,
         metrics,
         settings.adapt_min_measurements,
         settings.adapt_max_measurements,
         settings.adapt_cache_entries,
     )
     app.state.knowledge = knowledge = TargetKnowledge(
-        db, metrics, settings.knowledge_max_rows
+        db, generations, metrics, settings.knowledge_max_rows
     )
     scorer = Scorer(metrics, settings.inference_workers, settings.score_chunk_rows)
     records = GraphMetaStore(redis, metrics)
@@ -117,7 +129,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scorer,
         recent,
         db,
-        knowledge,
+        generations,
         limits,
         metrics,
         quota if settings.feedback_quota_rows else None,
@@ -135,6 +147,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await db.run(lambda store: store.ping())  # opens and migrates it now
     except StoreUnavailable as exc:  # ranking goes on; feedback answers 503
         log.warning("database unavailable at start", extra={"error": str(exc)})
+    generations.start()  # the subscriber: other processes' writes
     try:
         await registry.load_all()
         # The shipped seeds are fitted before the first request: a tuner's first
@@ -158,6 +171,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await fleet.stop()
         await knowledge.stop()
         await retention.stop()
+        await generations.aclose()  # before Redis closes under its subscriber
+        await recent.aclose()  # remembered rankings on their way to Redis
         await cache.aclose()
         if redis is not None:
             await redis.aclose()
@@ -165,15 +180,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics.close()
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The ASGI app; resources open when its lifespan starts."""
+def create_app(settings: Settings, replica: bool = False) -> FastAPI:
+    """The ASGI app; resources open when its lifespan starts. ``replica``: one of
+    several processes started apart from ``settings.workers`` (Ray Serve), so other
+    processes may write the same database."""
     app = FastAPI(
         title="costmodel",
         version=API_VERSION,
-        summary="Learned cost model: ranks XLA tile and layout configs for a graph.",
+        summary="Learned cost model: ranks XLA compilation configs for a graph.",
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.replica = replica
     app.add_middleware(
         RequestContext,
         max_inflight=settings.max_inflight,

@@ -171,7 +171,7 @@ class CostModelReplica:
         self._app: Any = None
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
-        app = create_app(self._settings)
+        app = create_app(self._settings, replica=True)
         tag = serve.get_replica_context().replica_tag
         app.add_middleware(ReplicaHeader, replica=tag)
         self._app = app

@@ -3,9 +3,11 @@
     await Adaptation.observed(runner, target, gid) -> Observed | None
     Adaptation.fitter(runner, target, gid, observed, tag) -> Fit   (sync, cached)
 
-``observed`` reads the database's generation of the graph's measurements (count,
-newest id; one indexed query) and the rows themselves only when it changed, so a
-measurement stored through any replica reaches every replica's next ranking. The
+``observed`` asks ``generations`` for the graph's measurement generation (count,
+newest id): from memory while it is known fresh, one indexed query otherwise
+(``generations.py`` states the staleness bound), and reads the rows themselves only
+when it changed, so a measurement stored through any replica reaches every
+replica's ranking within that bound. The
 ranking itself is composed by ``xla_costmodel.tpugraphs.blend`` (the artifact's
 prior, the target's knowledge, this fit), which calls the ``fitter``: per-writer
 shares of ``xla_costmodel.tpugraphs.adapt.fit`` (``shares.py``), cached per
@@ -28,6 +30,7 @@ import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.shares import Shared, fit_by_writer
 from xla_costmodel.service.store import StoreError
@@ -66,12 +69,14 @@ class Adaptation:
     def __init__(
         self,
         db: Database,
+        generations: Generations,
         events: AdaptEvents,
         min_measurements: int,
         max_measurements: int,
         cache_entries: int = 1024,
     ) -> None:
         self.db = db
+        self.generations = generations
         self.events = events
         self.min_measurements = min_measurements
         self.max_measurements = max_measurements
@@ -85,8 +90,13 @@ class Adaptation:
         collection, limit = runner.collection, self.max_measurements
         key = (runner.name, runner.version, target, gid)
         try:
-            generation = await self.db.run(
-                lambda s: s.generation(collection, target, gid)
+            # From memory while known fresh (generations.py): a rank of a graph
+            # whose measurements did not change sends no database statement.
+            generation = await self.generations.current(
+                collection,
+                target,
+                gid,
+                lambda: self.db.run(lambda s: s.generation(collection, target, gid)),
             )
             if generation[0] == 0:
                 return None

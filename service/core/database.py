@@ -3,6 +3,9 @@ failure, every blocking call in a worker thread.
 
     Database.run(fn)      fn(store) in a thread; StoreUnavailable if it cannot run
 
+``on_statement`` is called for every statement sent (the service counts them:
+``costmodel_db_statements_total``; a rank of a known graph sends none).
+
 The service must start and rank while the database is down (ranking then goes on
 without adaptation, feedback answers 503), so opening is not a startup step that can
 fail: the first call opens the store (and runs its migrations), and a call after a
@@ -21,6 +24,7 @@ import anyio
 import anyio.to_thread
 
 from xla_costmodel.service.store import MeasurementStore, StoreUnavailable
+from xla_costmodel.service.store.engine import statements
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -28,7 +32,11 @@ T = TypeVar("T")
 
 class Database:
     def __init__(
-        self, url: str | Callable[[], str], workers: int = 4, retry_s: float = 2.0
+        self,
+        url: str | Callable[[], str],
+        workers: int = 4,
+        retry_s: float = 2.0,
+        on_statement: Callable[[], None] | None = None,
     ) -> None:
         # A callable is resolved at the first open: making the default SQLite
         # file's directory may fail, and that is an outage, not a crash at start.
@@ -39,6 +47,7 @@ class Database:
         self._error = ""
         self._lock = threading.Lock()
         self._limiter = anyio.CapacityLimiter(workers)
+        self._on_statement = on_statement  # every statement sent (a metric's inc)
 
     async def run(self, fn: Callable[[MeasurementStore], T]) -> T:
         """``fn(store)`` in a worker thread."""
@@ -64,6 +73,8 @@ class Database:
                 if isinstance(exc, OSError):
                     raise StoreUnavailable(f"database unavailable: {exc}") from exc
                 raise
+            if self._on_statement is not None:
+                statements(self._store.engine).listen(self._on_statement)
             log.info("database open", extra={"dialect": self._store.dialect})
             return self._store
 

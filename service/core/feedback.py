@@ -23,10 +23,10 @@ import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.graphs import Graphs
 from xla_costmodel.service.core.hlo import HloText
 from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
-from xla_costmodel.service.core.knowledge import TargetKnowledge
 from xla_costmodel.service.core.recent import RecentRankings
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.core.scoring import Scored, Scorer
@@ -167,8 +167,8 @@ class FeedbackRecorder:
     """Checks a feedback request, scores its configs, stores it, then counts it.
 
     ``graphs`` and ``scorer`` score the configs as ranking does, ``recent`` finds
-    the rank answer that ``config_indices`` index; ``db`` stores, and ``knowledge``
-    hears at once of this process's own writes."""
+    the rank answer that ``config_indices`` index; ``db`` stores, and ``generations``
+    tells every process's caches (this one's at once) before the answer goes."""
 
     def __init__(
         self,
@@ -177,7 +177,7 @@ class FeedbackRecorder:
         scorer: Scorer,
         recent: RecentRankings,
         db: Database,
-        knowledge: TargetKnowledge,
+        generations: Generations,
         limits: Limits,
         events: FeedbackEvents,
         quota: Quota | None = None,
@@ -187,7 +187,7 @@ class FeedbackRecorder:
         self.scorer = scorer
         self.recent = recent
         self.db = db
-        self.knowledge = knowledge
+        self.generations = generations
         self.limits = limits
         self.events = events
         self.quota = quota  # per writer; anonymous feedback (auth off) has none
@@ -301,7 +301,9 @@ class FeedbackRecorder:
                 "feedback not stored: the measurement database is unavailable; "
                 "retry later"
             ) from None
-        self.knowledge.touch()  # this process knows its own writes at once
+        # Committed, not yet acknowledged: every process's caches hear of it
+        # (this one's at once; the knowledge refresher wakes through its listener).
+        await self.generations.wrote(batch.collection, batch.target, batch.graph_id)
         return added
 
     def _runtimes(self, values: Sequence[int]) -> npt.NDArray[np.int64]:

@@ -21,10 +21,11 @@ How a cached value stays fresh, and the staleness bound after ``wrote`` returns:
   other processes sharing the database) a value is trusted for ``freshness_s``
   after its read began (``COSTMODEL_FRESHNESS_S``): that is the bound then. When the
   subscription comes (back) up every entry is dropped: messages may have been lost.
-- ``alone`` (no other process writes the database: one worker, not Ray, SQLite;
-  ``is_alone``) makes local invalidation complete: values are trusted until this
-  process writes. Writes by another program (``costmodel measurements purge``) are
-  seen only through ``CHANNEL`` (``announce``).
+- ``alone`` (no other service process writes the database: one worker, not Ray,
+  SQLite; ``is_alone``) makes local invalidation complete for the service's own
+  writes: values are trusted for ``live_trust_s`` (``LIVE_TRUST_S``), the bound for a
+  write by another program (``costmodel measurements purge``), which with Redis
+  tells every process at once instead (``announce``).
 - A live subscription that goes silent is declared dead after ``2 * heartbeat_s``
   without a reply to its PINGs; and a value is never trusted longer than
   ``live_trust_s`` while live, a backstop for a publish lost to a writer's own
@@ -56,6 +57,8 @@ from xla_costmodel.service.core.lru import LRU
 log = logging.getLogger(__name__)
 
 CHANNEL = "costmodel:measurements:v1"
+# The longest a cached generation is trusted without a notification (module doc).
+LIVE_TRUST_S = 60.0
 Generation = tuple[int, int]  # (count, newest id) of the measurements
 Key = tuple[str, str, str | None]  # collection, target, graph id (None: the target)
 # (collection, target) written; None: anything may have changed.
@@ -110,7 +113,7 @@ class Generations:
         freshness_s: float,
         alone: bool,
         entries: int = 16_384,
-        live_trust_s: float = 60.0,
+        live_trust_s: float = LIVE_TRUST_S,
         heartbeat_s: float = 1.0,
         reconnect_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
@@ -194,7 +197,7 @@ class Generations:
         age = now - entry.read_at
         if self._live:
             return age <= self.live_trust_s
-        return self.alone or age <= self.freshness_s
+        return age <= (self.live_trust_s if self.alone else self.freshness_s)
 
     def _invalidate(
         self, collection: str, target: str, gid: str, source: Source

@@ -2,7 +2,7 @@
 
     TargetKnowledge.get(runner, target) -> Knowledge | None     no I/O: for a rank
     TargetKnowledge.summary(gid) / remember(gid, node_opcode)     graph summaries
-    TargetKnowledge.touch(collection, target)                      a local write
+    TargetKnowledge.touch()                     a write anywhere (generations' listener)
     TargetKnowledge.start(period_s) / stop()                       the refresher
 
 Per (model, version, target) the service keeps one
@@ -13,12 +13,13 @@ of the artifact's other targets at reduced trust. Collections without a default
 config (tile, layout) have none.
 
 Nothing here runs inside a rank: ``get`` reads what the refresher built last. The
-refresher, a task of the app's loop, wakes every ``period_s`` (and at once after this
-process stored feedback: ``touch``), reads each wanted target's generation (count,
-newest id: one indexed query per target, not per rank) and refits in a worker thread
-when it changed. So feedback stored through any replica shapes every replica's
-rankings within ``period_s`` plus one fit (the staleness bound, documented in
-docs/feedback.md); this process's own writes within one fit. Until a target was
+refresher, a task of the app's loop, wakes every ``period_s`` and at once when
+``generations`` hears of a write by any process (``touch``), asks ``generations``
+for each wanted target's generation (count, newest id: from memory while known
+fresh, else one indexed query per target, never per rank) and refits in a worker
+thread when it changed. So feedback stored through any replica shapes every
+replica's rankings within the notification bound plus one fit (``period_s`` plus
+one fit without a live notification channel; docs/feedback.md). Until a target was
 fitted once, ``get`` answers the seeds alone, built when the model loads.
 """
 
@@ -39,6 +40,7 @@ import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.store import MeasurementStore, StoreError
 from xla_costmodel.service.store.records import StoredGraph
 from xla_costmodel.tpugraphs import knowledge as kn
@@ -73,9 +75,15 @@ class _Want:
 
 class TargetKnowledge:
     def __init__(
-        self, db: Database, events: KnowledgeEvents, max_rows: int = 200_000
+        self,
+        db: Database,
+        generations: Generations,
+        events: KnowledgeEvents,
+        max_rows: int = 200_000,
     ) -> None:
         self.db = db
+        self.generations = generations
+        generations.on_change(lambda _: self.touch())
         self.events = events
         self.max_rows = max_rows
         self._entries: dict[Key, Entry] = {}
@@ -180,8 +188,11 @@ class TargetKnowledge:
 
     async def _refresh(self, key: Key, want: _Want) -> None:
         collection, target = want.runner.collection, want.target
-        generation = await self.db.run(
-            lambda s: s.target_generation(collection, target)
+        generation = await self.generations.current(
+            collection,
+            target,
+            None,
+            lambda: self.db.run(lambda s: s.target_generation(collection, target)),
         )
         entry = self._entries.get(key)
         if entry is not None and (entry.generation or (0, 0)) == generation:

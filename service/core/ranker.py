@@ -16,7 +16,6 @@ by workers and replicas), else in a byte-bounded per-process LRU
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from xla_costmodel.service.core.graphs import Graphs
 from xla_costmodel.service.core.hlo import HloText
 from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
 from xla_costmodel.service.core.raw_configs import RawConfigs
-from xla_costmodel.service.core.recent import RecentRankings
+from xla_costmodel.service.core.recent import RecentRankings, new_ranking_id
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.core.scoring import Scorer, stable_order
 from xla_costmodel.service.core.shaping import Shaper, Shaping
@@ -152,9 +151,9 @@ class Ranker:
             scores, adapted = shaped.scores, shaped.adapted
             portfolio, shaping = shaped.portfolio, shaped.shaping
         # Remember the batch as it came (int8 for layout), not its float32 copy.
-        ranking_id = uuid.uuid4().hex
+        ranking_id = new_ranking_id()
         key = (runner.name, runner.version, gid, ranking_id)
-        await self.recent.remember(key, checked, scores)
+        self.recent.remember(key, checked, scores)  # Redis in the background
         ranking = stable_order(scores)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(

@@ -5,21 +5,31 @@ answer it means.
     RecentRankings.remember(key, configs, scores)
     RecentRankings.recall(key) -> (configs, scores) | None
 
-Every answer has its own random ``ranking_id``, so two tuners ranking the same graph
-never read each other's batch. With Redis configured a batch also lives under
+Every answer has its own ``ranking_id`` (``new_ranking_id``: the time it was issued,
+then 80 random bits), so two tuners ranking the same graph never read each other's
+batch. With Redis configured a batch also lives under
 ``costmodel:recent:v2:<model>:<version>:<gid>:<ranking_id>`` (raw arrays behind a
 small JSON header, nothing pickled), so feedback reaching another worker or replica
 than the ranking finds it. A key names one batch forever, so memory is read first
 and Redis second (``xla_costmodel.service.core.tiered``). The in-process LRU alone
 serves no Redis, a Redis failure (a miss, a log line and a metric, never an error)
 and batches too large to share.
+
+The rank answer does not wait for Redis: ``remember`` keeps the batch in memory and
+starts its SET in the background (``aclose`` lets the ones in flight finish). So a
+feedback that reaches another process right after the answer may ask Redis before
+the SET landed: ``recall`` of a ranking issued less than ``WRITE_GRACE_S`` ago polls
+Redis until then, and the ``ranking_id`` is valid as soon as the answer is sent.
 Best-effort either way: an evicted or expired one is 409 ``ranking_not_found``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import secrets
 import struct
+import time
 from typing import Any
 
 import numpy as np
@@ -39,6 +49,24 @@ _LEN = struct.Struct("<I")
 # Config dtypes as ``check_configs`` passes them on (int8 layout batches, floats).
 DTYPES = frozenset({"|i1", "<i2", "<i4", "<i8", "<f4", "<f8"})
 ENTRY_OVERHEAD = 512  # tuple, key and array headers, on top of the array data
+# A background SET lands within a Redis round trip (the client's socket timeout is
+# 0.1 s by default); a feedback for a younger ranking that misses polls this long.
+WRITE_GRACE_S = 0.5
+POLL_S = 0.005
+
+
+def new_ranking_id(now_s: float | None = None) -> str:
+    """32 hex digits: milliseconds since the epoch (12), then 80 random bits."""
+    ms = int((time.time() if now_s is None else now_s) * 1000)
+    return f"{ms & 0xFFFFFFFFFFFF:012x}{secrets.token_hex(10)}"
+
+
+def issued_s(ranking_id: str) -> float | None:
+    """When ``new_ranking_id`` issued this id (seconds since the epoch), if it did."""
+    try:
+        return int(ranking_id[:12], 16) / 1000
+    except ValueError:
+        return None
 
 
 def _weigh(scored: Scored) -> int:
@@ -67,23 +95,46 @@ class RecentRankings:
         # Larger batches stay in this process: a SET much larger would not fit the
         # client's short socket timeout. A 1,965-config layout batch (int8) is 2.2 MB.
         self.shared_bytes = shared_bytes
+        self.shared = redis is not None
+        self._writes: set[asyncio.Task[None]] = set()  # SETs in flight
 
-    async def remember(
+    def remember(
         self, key: Key, configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]
     ) -> None:
+        """Keep the batch here now; share it through Redis in the background."""
         self.tier.memory.put(key, (configs, scores))
         capacity = self.tier.memory.capacity
         size = configs.nbytes + scores.nbytes
         shareable = size <= min(self.shared_bytes, capacity) and (
             configs.dtype.newbyteorder("<").str in DTYPES
         )
-        if shareable:  # else too big to share (or no memory: remembering is off)
-            await self.tier.store(key, (configs, scores), ttl_s=TTL_S)
+        if self.shared and shareable:  # else too big (or remembering is off)
+            write = asyncio.get_running_loop().create_task(
+                self.tier.store(key, (configs, scores), ttl_s=TTL_S)
+            )
+            self._writes.add(write)  # a reference, or the task may be collected
+            write.add_done_callback(self._writes.discard)
 
     async def recall(self, key: Key) -> Scored | None:
         # A key names one batch forever: memory first, then Redis.
         found = await self.tier.get(key)
+        if found is None and self.shared:
+            # Its SET may still be on its way from the process that answered: wait
+            # out what is left of its grace (never longer, whatever the id says).
+            issued = issued_s(key[3])
+            age = WRITE_GRACE_S if issued is None else time.time() - issued
+            if abs(age) > WRITE_GRACE_S:  # long landed, or not an id issued here
+                age = WRITE_GRACE_S
+            deadline = time.monotonic() + WRITE_GRACE_S - max(age, 0)
+            while found is None and time.monotonic() < deadline:
+                await asyncio.sleep(POLL_S)
+                found = await self.tier.get(key)
         return None if found is None else found[0]
+
+    async def aclose(self) -> None:
+        """Let the SETs in flight finish (before Redis closes)."""
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
 
 
 def dumps(configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]) -> bytes:

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.knowledge import TargetKnowledge
 
 pytestmark = pytest.mark.anyio
@@ -27,12 +28,26 @@ class Counts:
     def knowledge_fitted(self, model: str, seconds: float, programs: int) -> None:
         pass
 
+    def generation_lookup(self, hit: bool) -> None:
+        pass
+
+    def generation_invalidated(self, source: str) -> None:
+        pass
+
+    def generation_subscription(self, live: bool) -> None:
+        pass
+
+    def generation_error(self, op: str) -> None:
+        self.errors.append(op)
+
 
 async def test_a_wake_up_racing_the_stop_does_not_keep_the_refresher_alive(
     tmp_path: Path,
 ) -> None:
     db = Database(f"sqlite:///{tmp_path / 'k.db'}")
-    knowledge = TargetKnowledge(db, Counts())
+    counts = Counts()
+    generations = Generations(None, counts, freshness_s=0.1, alone=True)
+    knowledge = TargetKnowledge(db, generations, counts)
     try:
         for _ in range(50):
             task = knowledge.start(60.0)

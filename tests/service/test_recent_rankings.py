@@ -4,6 +4,7 @@ other; Redis failures fall back to memory and are counted, never raised."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -57,8 +58,9 @@ async def test_a_ranking_remembered_by_one_worker_is_recalled_by_another(
     a, b = (RecentRankings(MiB, store, Events()) for store in stores)
     assert await b.recall(KEY) is None
     older, newer = batch(5), batch(7, start=3)
-    await b.remember(KEY, *older)
-    await a.remember(OTHER, *newer)
+    b.remember(KEY, *older)
+    a.remember(OTHER, *newer)
+    await a.aclose(), await b.aclose()  # the background SETs landed
     for worker in (a, b):  # each id names its own batch, wherever it is recalled
         for key, want in ((KEY, older), (OTHER, newer)):
             found = await worker.recall(key)
@@ -72,9 +74,10 @@ async def test_a_batch_too_large_to_share_stays_with_its_worker(
     stores: list[RedisStore],
 ) -> None:
     a, b = (RecentRankings(MiB, store, Events(), 200) for store in stores)
-    await b.remember(KEY, *batch(5))
+    b.remember(KEY, *batch(5))
     large = batch(50)
-    await a.remember(OTHER, *large)
+    a.remember(OTHER, *large)
+    await a.aclose(), await b.aclose()
     found = await a.recall(OTHER)
     assert found is not None and np.array_equal(found[0], large[0])
     assert await stores[0].client.exists(recent_key(*OTHER)) == 0
@@ -87,14 +90,16 @@ async def test_redis_failures_fall_back_to_memory(stores: list[RedisStore]) -> N
     events = Events()
     worker, other = (RecentRankings(MiB, store, events) for store in stores)
     configs, scores = batch(4)
-    await worker.remember(KEY, configs, scores)
+    worker.remember(KEY, configs, scores)
+    await worker.aclose()
     await stores[1].client.set(recent_key(*KEY), b"not an npz")
     found = await worker.recall(KEY)  # its own memory first: no Redis read
     assert found is not None and np.array_equal(found[0], configs)
     assert await other.recall(KEY) is None  # a corrupt value is a miss, counted
     down = RedisStore(connect(f"redis://127.0.0.1:{free_port()}", 0.2, 0.2), 60, 0)
     offline = RecentRankings(MiB, down, events)
-    await offline.remember(KEY, configs, scores)
+    offline.remember(KEY, configs, scores)
+    await offline.aclose()
     found = await offline.recall(KEY)
     assert found is not None and np.array_equal(found[1], scores)
     await down.aclose()
@@ -103,8 +108,40 @@ async def test_redis_failures_fall_back_to_memory(stores: list[RedisStore]) -> N
 
 async def test_no_room_means_nothing_is_remembered(stores: list[RedisStore]) -> None:
     a, b = (RecentRankings(0, store, Events()) for store in stores)
-    await a.remember(KEY, *batch(3))
+    a.remember(KEY, *batch(3))
+    await a.aclose()
     assert await a.recall(KEY) is None and await b.recall(KEY) is None
+
+
+async def test_a_fresh_ranking_id_is_valid_before_its_set_lands(
+    stores: list[RedisStore],
+) -> None:
+    """The answer does not wait for Redis: a feedback reaching another worker at once
+    waits out the SET; an id nobody remembered answers None within the grace."""
+    a, b = (RecentRankings(MiB, store, Events()) for store in stores)
+    key = ("tile", "1", "g" * 64, recent.new_ranking_id())
+    a.remember(key, *batch(6))  # no await: the SET is a background task
+    found = await b.recall(key)
+    assert found is not None and len(found[1]) == 6
+    unknown = ("tile", "1", "g" * 64, recent.new_ranking_id())
+    start = time.monotonic()
+    assert await b.recall(unknown) is None
+    assert time.monotonic() - start <= recent.WRITE_GRACE_S + 0.2
+    old = ("tile", "1", "g" * 64, recent.new_ranking_id(time.time() - 60))
+    start = time.monotonic()
+    assert await b.recall(old) is None
+    assert time.monotonic() - start < 0.1  # long landed, or never: no waiting
+    await a.aclose()
+
+
+def test_ranking_ids_carry_their_issue_time() -> None:
+    now = time.time()
+    ids = {recent.new_ranking_id(now) for _ in range(100)}
+    assert len(ids) == 100 and all(len(i) == 32 for i in ids)
+    for i in ids:
+        issued = recent.issued_s(i)
+        assert issued is not None and abs(issued - now) < 0.002
+    assert recent.issued_s("z" * 32) is None
 
 
 @pytest.mark.parametrize(

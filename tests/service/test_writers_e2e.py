@@ -40,6 +40,7 @@ cli = CliRunner()
 class Served:
     url: str  # the service
     database: str  # its database
+    redis: str  # its Redis (the purge tells every process through it)
     tokens: dict[str, str]  # writer -> token
     process: ServiceServer
 
@@ -103,7 +104,7 @@ def served(
     process = ServiceServer(root, env, argv=SERVE)
     process.start()
     try:
-        yield Served(process.url, database, tokens, process)
+        yield Served(process.url, database, redis.url, tokens, process)
     finally:
         process.stop()
         if drop is not None:
@@ -288,14 +289,26 @@ def test_one_writers_flood_moves_no_other_graph_and_cannot_silence_the_others(
 
     mine = [x for x in stored(served.database) if x["writer"] == "honest"]
     deleted = costmodel(
-        "measurements", "purge", "--writer", "honest", "--database-url", served.database
+        "measurements",
+        "purge",
+        "--writer",
+        "honest",
+        "--database-url",
+        served.database,
+        "--redis-url",
+        served.redis,
     )
     assert int(deleted.splitlines()[-1]) == len(mine) >= 12 + 8 + 1
     assert {x["writer"] for x in stored(served.database)} >= {"flood"}
     assert "honest" not in {x["writer"] for x in stored(served.database)}
-    flood_only = rank(honest, flooded, kernel.configs)
     # The honest rows still shaped the flooded graph's ranking: without them (purged,
-    # and every replica forgets them on its next request) it is the flood's alone.
+    # and every process told through Redis) it is the flood's alone.
+    flood_only = rank(honest, flooded, kernel.configs)
+    for _ in range(50):  # the announcement travels through pub/sub: ms, not s
+        if flood_only["scores"] != shared["scores"]:
+            break
+        time.sleep(0.01)
+        flood_only = rank(honest, flooded, kernel.configs)
     assert shared["scores"] != flood_only["scores"]
     best = int(picks[np.argmin(kernel.runtimes[picks])])
     position = {
