@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_costmodel import shipped_models
 from xla_costmodel.chaos.faults import (
     ADMIN_TOKEN,
     FAULTS,
@@ -32,8 +33,6 @@ from xla_costmodel.chaos.faults import (
 from xla_costmodel.chaos.load import Crew, Ledger, Recorder, Workload
 from xla_costmodel.procs import PostgresServer, RedisServer, copy_artifact, rss_mb
 
-REPO = Path(__file__).resolve().parents[1]
-SHIPPED_MODELS = REPO / "models" / "artifacts"
 RSS_GOAL = 0.10
 
 
@@ -129,7 +128,7 @@ def start_cluster(
     from xla_costmodel.clients import prepare_graph
 
     model_dir = tmp / "artifacts"
-    copy_artifact(latest(SHIPPED_MODELS, "tile"), model_dir / "tile" / "1")
+    copy_artifact(latest(shipped_models(), "tile"), model_dir / "tile" / "1")
     redis = stack.enter_context(RedisServer(tmp))
     postgres = stack.enter_context(PostgresServer(tmp))
     token = create_writer(postgres.url)

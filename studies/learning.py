@@ -47,15 +47,14 @@ from typing import Annotated, Any
 
 import typer
 
+from xla_costmodel import shipped_models
 from xla_costmodel.clients import CostModelClient
 from xla_costmodel.models.shipped import TILE_EPOCHS
 from xla_costmodel.procs import PostgresServer, RedisServer, ServiceServer
 from xla_costmodel.studies import learning_layout, learning_tile, learning_timing
 from xla_costmodel.studies.learning_report import plot, summary
 
-REPO = Path(__file__).resolve().parents[1]
-SHIPPED_MODELS = REPO / "models" / "artifacts"
-DEFAULT_OUT = REPO / "studies" / "results"
+DEFAULT_OUT = Path("studies/results")  # from the repository root (make)
 Log = Callable[[str], None]
 DEFINITIONS = {
     "slowdown": "best runtime among the configs measured so far / the file's true "
@@ -165,7 +164,7 @@ def cpu_info() -> tuple[str, list[str]]:
 def _git(*args: str) -> str:
     try:
         done = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10
+            ["git", *args], capture_output=True, text=True, timeout=10
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
@@ -222,7 +221,7 @@ def run(plan: Plan, shared: Path, log: Log) -> dict[str, Any]:
             result["tile"] = learning_tile.run(client, kernels, plan)
         log("layout: unet headline over seeds, replay curve, rank timing")
         unet = learning_layout.unet(shared)
-        env = service_env(SHIPPED_MODELS, "layout", redis, work / "data-layout")
+        env = service_env(shipped_models(), "layout", redis, work / "data-layout")
         with served(work, env) as (url, client):
             result["layout"] = learning_layout.run(client, shared, plan)
             timings = learning_timing.adapted_rank(
@@ -231,8 +230,8 @@ def run(plan: Plan, shared: Path, log: Log) -> dict[str, Any]:
         log("feedback timing: a SQLite service and a PostgreSQL service")
         pg = stack.enter_context(PostgresServer(work)).url
         envs = {
-            "sqlite": service_env(SHIPPED_MODELS, "layout", redis, work / "fb"),
-            "postgresql": service_env(SHIPPED_MODELS, "layout", redis, pg),
+            "sqlite": service_env(shipped_models(), "layout", redis, work / "fb"),
+            "postgresql": service_env(shipped_models(), "layout", redis, pg),
         }
         urls = {
             db: stack.enter_context(ServiceServer(work, e)).url

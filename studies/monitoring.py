@@ -30,12 +30,12 @@ from typing import Any
 import httpx
 import numpy as np
 
+from xla_costmodel import paths
 from xla_costmodel.procs import ServiceServer
 from xla_costmodel.studies.prometheus import PrometheusServer
 
-REPO = Path(__file__).resolve().parents[1]
-DATASETS = REPO / "datasets" / "xla_cpu"
-RESULTS = REPO / "studies" / "results"
+DATASETS = paths.XLA_CPU_DATA  # from the repository root (make)
+RESULTS = Path("studies/results")
 ROUNDS, PER_ROUND = 3, 2
 
 

@@ -22,7 +22,7 @@ import httpx
 
 from xla_costmodel.procs import LOOPBACK, ManagedProcess, ProcessError
 
-RULES = Path(__file__).resolve().parents[1] / "deploy" / "monitoring" / "rules.yml"
+RULES = Path("deploy/monitoring/rules.yml")  # from the repository root (make)
 
 
 class PrometheusServer(ManagedProcess):
@@ -39,7 +39,7 @@ class PrometheusServer(ManagedProcess):
         super().__init__(workdir)
         self.targets = list(targets)
         self.interval = f"{max(1, round(interval_s * 1000))}ms"
-        self.rules = rules
+        self.rules = rules.resolve()  # prometheus runs in workdir
 
     @property
     def url(self) -> str:
