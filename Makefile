@@ -73,10 +73,10 @@ $(KSERVE_VENV)/.deps:
 
 kserve-venv: $(KSERVE_VENV)/.deps
 
-bench: $(VENV)/.all-deps redis-server kserve-venv
+bench: $(VENV)/.all-deps redis-server postgresql kserve-venv
 	$(BIN)/costmodel bench
 
-bench-quick: $(VENV)/.all-deps redis-server kserve-venv
+bench-quick: $(VENV)/.all-deps redis-server postgresql kserve-venv
 	$(BIN)/costmodel bench --quick
 
 # Faults under load (Redis paused and killed, PostgreSQL restarted, model reloads good

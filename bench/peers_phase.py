@@ -6,7 +6,8 @@ through the real client (npz body) and of KServe's model server with the same
 ``scorer.onnx`` (v2 REST, binary tensors; the client sorts its scores, as ours does
 on the server); then configs/s under ``plan.peer_clients`` concurrent clients. Our
 fixed cost: an empty route's round trip (``GET /livez``) and a 1-config rank. Then
-our service again with 2 uvicorn workers, for the workers table.
+our service again with 2 uvicorn workers, for the workers table; then, with the same
+client processes, the shared-database figures (``fleet_phase``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from xla_costmodel.bench import peer_kserve
+from xla_costmodel.bench import fleet_phase, peer_kserve
 from xla_costmodel.bench.inproc import Budget, open_runner, take_rows
 from xla_costmodel.bench.peer_load import ClientPool, Server, Step, raw_rate
 from xla_costmodel.bench.timing import time_calls
@@ -97,6 +98,11 @@ def peer_figures(
                 errors += failed
         out["workers_table"] = workers_table(
             plan, pool_, ours_url, rates, workers_env, workdir, graph, log
+        )
+        out.update(
+            fleet_phase.fleet_figures(
+                plan.fleet, pool_, graph, pool, workers_env, workdir, log
+            )
         )
         out["peer_load_errors"] = errors
     for n in sizes:

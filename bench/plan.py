@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from xla_costmodel.bench.data import NLP_GRAPH, SMALL_LAYOUT_GRAPH
+from xla_costmodel.bench.fleet_phase import FleetPlan
 from xla_costmodel.bench.inproc import Budget
 from xla_costmodel.bench.load import LoadSpec
 
@@ -39,6 +40,8 @@ class Plan:
     peer_clients: int
     peer_load_seconds: float
     worker_sizes: tuple[int, ...]
+    # The shared-database phase (fleet_phase): statements, staleness, throughput.
+    fleet: FleetPlan
 
 
 FULL = Plan(
@@ -62,6 +65,7 @@ FULL = Plan(
     peer_clients=8,
     peer_load_seconds=5.0,
     worker_sizes=(64, 10_000),
+    fleet=FleetPlan(ranks=200, trials=20, rounds=3, seconds=5.0),
 )
 
 QUICK = replace(
@@ -79,6 +83,7 @@ QUICK = replace(
     load=LoadSpec(clients=8, seconds=6.0, configs=1_000, max_requests=20_000),
     peer_latency=Budget(15, 1.5),
     peer_load_seconds=1.5,
+    fleet=FleetPlan(ranks=100, trials=20, rounds=2, seconds=1.5),
 )
 
 # Tiny sizes for the test suite: every phase and process, none of the waiting.
@@ -104,6 +109,7 @@ SMOKE = replace(
     peer_clients=2,
     peer_load_seconds=0.3,
     worker_sizes=(),
+    fleet=FleetPlan(ranks=5, trials=3, rounds=1, seconds=0.3),
 )
 
 PLANS: dict[Mode, Plan] = {"full": FULL, "quick": QUICK, "smoke": SMOKE}

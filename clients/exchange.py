@@ -57,6 +57,7 @@ DEFAULT_LIMITS = httpx.Limits(
 USER_AGENT = "costmodel-client/0.1"
 TOKEN_ENV = "COSTMODEL_TOKEN"  # a writer's token, when none is passed
 DeadlineArg = float | Deadline | None
+URL_CACHE_ENTRIES = 256  # absolute URLs kept per client (``ClientCore._url``)
 
 
 class ClientCore:
@@ -82,6 +83,8 @@ class ClientCore:
         self.collections = ModelCollections()
         # The writer token feedback needs (docs/security.md); "" means none at all.
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        # (path, query) -> absolute URL (``_url``).
+        self._urls: dict[tuple[str, tuple[tuple[str, str], ...]], httpx.URL] = {}
 
     def _headers(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         base = {"User-Agent": USER_AGENT, "Accept": "application/json"}
@@ -99,12 +102,28 @@ class ClientCore:
             raise deadline.exceeded(f"before {call.method} {call.path}")
         return http.build_request(
             call.method,
-            call.path,
-            params=call.params,
+            self._url(http, call),
             content=call.content,
             headers=call.headers,
             timeout=deadline.clamp(self.timeout),
         )
+
+    def _url(self, http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.URL:
+        """The absolute URL of ``call``, built once per (path, query): httpx parses a
+        relative path, the merged URL and the query again on every request (3 of
+        them, a third of the client's own time on a 1-config rank), but takes an
+        absolute ``URL`` as it is. The same URL httpx would build: the path under
+        ``base_url``, the query replaced by ``params``."""
+        key = (call.path, tuple(call.params.items()))
+        url = self._urls.get(key)
+        if url is None:
+            if len(self._urls) >= URL_CACHE_ENTRIES:  # graph ids come and go
+                self._urls.clear()
+            base = http.base_url
+            path = base.raw_path + httpx.URL(call.path).raw_path.lstrip(b"/")
+            url = httpx.URL(base.copy_with(raw_path=path), params=call.params)
+            self._urls[key] = url
+        return url
 
     @staticmethod
     def _failure(response: httpx.Response, call: Call) -> CostModelError | None:

@@ -89,7 +89,21 @@ def test_smoke_run_prints_every_figure_and_stops_its_servers(
     assert set(figures["layout_cache_tiers"]["cold"]) == {"miss+upload"}
     assert Path(figures["plot"]).is_file() and (tmp_path / "bench_smoke.json").is_file()
     check_peer_figures(figures)
+    check_fleet_figures(figures)
     assert children() <= before
+
+
+def check_fleet_figures(figures: dict[str, Any]) -> None:
+    """Statements per rank as the service counts them, staleness across processes,
+    2 workers on PostgreSQL against 2 on SQLite, all measured (PostgreSQL is part
+    of the test environment: no note excuses them here)."""
+    assert figures["statements_counted"]  # the counter moved before the ranks
+    assert figures["statements_per_rank"] >= 0
+    assert figures["staleness_trials"] == SMOKE.fleet.trials
+    assert 0 < figures["staleness_p50_ms"] <= figures["staleness_ms"]
+    assert figures["throughput_2w_postgres_rps"] > 0
+    assert figures["throughput_2w_nodb_rps"] > 0
+    assert figures["fleet_load_errors"] == 0
 
 
 def check_peer_figures(figures: dict[str, Any]) -> None:

@@ -90,9 +90,15 @@ def test_report_ratios_goals_and_missing_keys() -> None:
         load_p50_ms=10.0,
         load_p99_ms=20.0,
         peer_kserve_configs_per_s=10.0,
-        peer_throughput_configs_per_s={"1": {"ours": 3.0, "kserve": 1.0}},
+        peer_throughput_configs_per_s={
+            "1": {"ours": 3.0, "kserve": 1.0},
+            "10000": {"ours": 30.0, "kserve": 10.0},
+        },
+        peer_latency_ms={"1": {"ours": 1.0, "kserve": 2.0}},
+        statements_per_rank=0.0,
     )
     add_ratios(result)  # type: ignore[arg-type]
+    assert result["ours_over_kserve_p50_by_size"] == {"1": 2.0}
     assert result["http_over_raw"] == pytest.approx(0.8)
     assert result["binary_over_json"] == pytest.approx(8.0)
     assert result["cache_speedup"] == pytest.approx(30.0)
@@ -215,6 +221,7 @@ def test_peer_ratios_and_goals_come_from_the_same_run() -> None:
     assert goals["http_over_raw_at_scale"]  # type: ignore[index]
     # 1 config at half KServe's rate misses "at every size" even though 64 meets it.
     assert not goals["ours_over_kserve_every_size"]  # type: ignore[index]
+    assert not goals["ours_over_kserve_at_10000"]  # type: ignore[index]  # not run
     result["rank_1_config_ms"] = 1.6
     add_ratios(result)  # type: ignore[arg-type]
     assert not result["goals"]["rank_1_config_ms"]  # type: ignore[index]
@@ -229,6 +236,19 @@ def test_kserve_figures_may_be_null_only_with_a_reason() -> None:
     # Our own fixed-cost figures are never excused.
     unexcused = {**result, **note, "empty_route_ms": None}
     assert missing_keys(unexcused) == ["empty_route_ms"]
+
+
+def test_fleet_figures_may_be_null_only_with_a_reason() -> None:
+    result: dict[str, object] = {key: 1.0 for key in KEYS}
+    result.update(statements_per_rank=None, postgres_over_nodb=None)
+    assert missing_keys(result) == ["statements_per_rank", "postgres_over_nodb"]
+    assert missing_keys({**result, "fleet_note": "PostgreSQL could not run"}) == []
+    add_ratios(result)  # type: ignore[arg-type]
+    goals = result["goals"]
+    assert not goals["statements_per_rank"]  # type: ignore[index]  # null: missed
+    result["statements_per_rank"] = 0.0
+    add_ratios(result)  # type: ignore[arg-type]
+    assert result["goals"]["statements_per_rank"]  # type: ignore[index]
 
 
 def test_v2_binary_request_and_answer_round_trip() -> None:
