@@ -49,6 +49,10 @@ Flow: TypeAlias = Generator[Call, httpx.Response, T]
 # than JSON from ~1,000 configs (10k: the request takes half the time); below, the
 # npz codec costs more than it saves.
 NPZ_ANSWER_MIN_CONFIGS = 1000
+# Up to this many config values a rank by id goes as JSON: for a handful of configs
+# the npz codec (the client's savez, the service's zip parsing) costs more than the
+# text (costmodel bench: rank_1_config_ms).
+JSON_BODY_MAX_VALUES = 64
 
 
 class KnownGraphs:
@@ -219,6 +223,19 @@ def _rank_call(
         adapt=None if opts.adapt else "false",
         portfolio="true" if opts.portfolio else None,
     )
+    if by_id and configs.size <= JSON_BODY_MAX_VALUES:
+        fields: dict[str, Any] = {"model": model, "graph_id": graph_id}
+        optional = {
+            "top_k": opts.top_k,
+            "model_version": opts.version,
+            "target": opts.target,
+            "adapt": None if opts.adapt else False,
+            "portfolio": True if opts.portfolio else None,
+        }
+        fields.update((k, v) for k, v in optional.items() if v is not None)
+        fields["configs"] = configs.tolist()
+        body = json_body(fields)
+        return Call("POST", "/v1/rank", {}, body, JSON, accept=opts.accept)
     body = configs_npz(configs, graph, spec, inline=not by_id)
     return Call("POST", "/v1/rank", params, body, NPZ, accept=opts.accept)
 

@@ -6,6 +6,7 @@ app_from_env() -> FastAPI            for ``uvicorn xla_costmodel.service.app:app
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -261,7 +262,10 @@ def _document_limits(schema: dict[str, Any], settings: Settings) -> None:
     schema learns it here rather than from the static models."""
     top_k = schema["components"]["schemas"]["RankIn"]["properties"]["top_k"]
     rank = schema["paths"].get("/v1/rank", {}).get("post", {})
-    params = [p["schema"] for p in rank.get("parameters", []) if p["name"] == "top_k"]
+    # The route's parameters are one module-level list (openapi_extra): written to
+    # here only as this app's own copy, whatever another app's limit is.
+    rank["parameters"] = copy.deepcopy(rank.get("parameters", []))
+    params = [p["schema"] for p in rank["parameters"] if p["name"] == "top_k"]
     for declared in (top_k, *params):
         for option in declared.get("anyOf", [declared]):
             if option.get("type") == "integer":

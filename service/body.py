@@ -1,16 +1,18 @@
-"""Reading a request body under a byte limit, refusing early when it is declared too big."""
+"""Reading a request: its body under a byte limit (refused early when it is declared
+too big), and query parameters a route parses itself (``parse_query``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio.to_thread
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from xla_costmodel.service.codecs import media_type
 from xla_costmodel.service.core.inputs import INLINE_BYTES
-from xla_costmodel.service.errors import MalformedBody, PayloadTooLarge
+from xla_costmodel.service.errors import InvalidRequest, MalformedBody, PayloadTooLarge
 from xla_costmodel.service.schemas import NPZ_MEDIA_TYPE
 
 
@@ -38,6 +40,20 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 
 def _too_large(max_bytes: int) -> str:
     return f"body larger than {max_bytes} bytes"
+
+
+Q = TypeVar("Q", bound=BaseModel)
+
+
+def parse_query(model: type[Q], params: Mapping[str, str]) -> Q:
+    """``model`` from the query (of a repeated key the last value, as FastAPI takes
+    it); a bad value is a 422 naming the parameter, as FastAPI's validation was."""
+    try:
+        return model.model_validate(dict(params))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        raise InvalidRequest(first["msg"], field) from None
 
 
 T = TypeVar("T")

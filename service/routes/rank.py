@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pydantic_core
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 
-from xla_costmodel.service.body import parse, read_body
+from xla_costmodel.service.body import parse, parse_query, read_body
 from xla_costmodel.service.codecs import (
     Params,
     decode_rank,
@@ -17,15 +17,14 @@ from xla_costmodel.service.codecs import (
 from xla_costmodel.service.core.ranker import RankResult
 from xla_costmodel.service.deps import RankerDep, SettingsDep
 from xla_costmodel.service.schemas import (
-    HEX64,
     NPZ_MEDIA_TYPE,
     RANK_NPZ_HEADERS,
-    TARGET,
-    VERSION,
     RankIn,
     RankOut,
+    RankQuery,
     binary_body,
     error_responses,
+    query_parameters,
 )
 
 router = APIRouter(prefix="/v1", tags=["ranking"])
@@ -49,28 +48,21 @@ _NPZ_ANSWER: dict[int | str, dict[str, Any]] = {
         **_NPZ_ANSWER,
         **error_responses(400, 404, 408, 409, 413, 415, 422, 503),
     },
-    openapi_extra=binary_body(RankIn),
+    openapi_extra={**binary_body(RankIn), "parameters": query_parameters(RankQuery)},
 )
-async def rank(
-    request: Request,
-    ranker: RankerDep,
-    settings: SettingsDep,
-    model: str | None = Query(
-        None, min_length=1, max_length=64, description="npz bodies"
-    ),
-    graph_id: str | None = Query(None, pattern=HEX64, description="npz bodies"),
-    top_k: int | None = Query(None, ge=1, description="npz bodies"),
-    model_version: str | None = Query(None, pattern=VERSION, description="npz bodies"),
-    target: str | None = Query(None, pattern=TARGET, description="npz bodies"),
-    adapt: bool | None = Query(
-        None, description="false: the model's prior alone (any body)"
-    ),
-    portfolio: bool | None = Query(None, description="npz bodies"),
-) -> Response:
+async def rank(request: Request, ranker: RankerDep, settings: SettingsDep) -> Response:
     """Score configs (JSON or npz body); ``ranking`` lists all indices, best first."""
+    q = parse_query(RankQuery, request.query_params)
     body = await read_body(request, settings.max_body_bytes)
     params = Params(
-        model, model_version, graph_id, top_k, None, target, adapt, portfolio
+        q.model,
+        q.model_version,
+        q.graph_id,
+        q.top_k,
+        None,
+        q.target,
+        q.adapt,
+        q.portfolio,
     )
     content_type = request.headers.get("content-type")
     req = await parse(

@@ -16,7 +16,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ import httpx
 import numpy as np
 
 from xla_costmodel.tpugraphs.arrays import Graph, make_configs, make_graph
+from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.graph_id import graph_id
 
 Outcome = httpx.Response | Exception
@@ -123,13 +124,23 @@ class FakeService:
         )
 
     def _rank(self, request: httpx.Request) -> httpx.Response:
-        params = request.url.params
+        params: Mapping[str, str] = request.url.params
+        json_body = request.headers.get("content-type", "").startswith(
+            "application/json"
+        )
+        if json_body:  # what JSON puts in the body, npz bodies put in the query
+            body = json.loads(request.content)
+            params = {k: str(v) for k, v in body.items() if k != "configs"}
         model = params["model"]
         version = self._version(model, params.get("model_version"))
         if isinstance(version, httpx.Response):
             return version
-        with np.load(io.BytesIO(request.content)) as data:
-            arrays = {k: data[k] for k in data.files}
+        if json_body:
+            key = get(self.collections[model]).config_key
+            arrays = {key: np.asarray(body["configs"], np.float32)}
+        else:
+            with np.load(io.BytesIO(request.content)) as data:
+                arrays = {k: data[k] for k in data.files}
         (key,) = [k for k in ("config_feat", "node_config_feat") if k in arrays]
         inline = {k: v for k, v in arrays.items() if k != key}
         if bool(inline) == ("graph_id" in params):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 
 import httpx
 import numpy as np
@@ -99,3 +100,28 @@ def test_two_collections_of_one_width_are_told_apart_by_name(
         with np.load(io.BytesIO(body)) as sent:
             wire[spec.small_int_configs] = sent[spec.config_key].dtype
     assert wire == {False: np.float32, True: np.int8}
+
+
+def test_a_handful_of_configs_by_id_goes_as_json(tile_sample: Sample) -> None:
+    """A known graph and a few configs: a JSON body (the npz codec costs more than
+    it saves there); the first rank carries the graph inline, and larger batches go
+    as npz, the answer the same either way."""
+    fake = FakeService()
+    with CostModelClient(transport=httpx.MockTransport(fake)) as client:
+        first = client.rank("tile", tile_sample.graph, tile_sample.configs[:2])
+        small = client.rank("tile", tile_sample.graph, tile_sample.configs[:2], top_k=1)
+        large = client.rank("tile", tile_sample.graph, tile_sample.configs[:10])
+    inline, by_id, batch = fake.ops
+    assert inline.headers["content-type"] == "application/x-npz"
+    assert by_id.headers["content-type"] == "application/json"
+    sent = json.loads(by_id.content)
+    assert sent == {
+        "model": "tile",
+        "graph_id": first.graph_id,
+        "top_k": 1,
+        "configs": tile_sample.configs[:2].tolist(),
+    }
+    assert not by_id.url.params  # nothing in the query
+    assert batch.headers["content-type"] == "application/x-npz"
+    assert list(small.top_k) == list(first.top_k[:1])
+    assert len(large.ranking) == 10 and large.graph_id == first.graph_id
