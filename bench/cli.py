@@ -10,9 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "bench" / "results"
-DEFAULT_MODELS = REPO / "models" / "artifacts"
+DEFAULT_OUT = Path("bench/results")  # from the repository root (make)
 
 
 def bench(
@@ -26,8 +24,9 @@ def bench(
         Path, typer.Option(help="Where the JSON result and the PNG plot go.")
     ] = DEFAULT_OUT,
     model_dir: Annotated[
-        Path, typer.Option(help="Model repository to serve.")
-    ] = DEFAULT_MODELS,
+        Path | None,
+        typer.Option(help="Model repository to serve (default: the shipped models)."),
+    ] = None,
     threads: Annotated[
         int, typer.Option(help="onnxruntime intra-op threads (in process and server).")
     ] = 1,
@@ -61,6 +60,7 @@ def bench(
     # Imported here: building the ``costmodel`` app must not load onnxruntime.
     from dataclasses import replace
 
+    from xla_costmodel import shipped_models
     from xla_costmodel.bench.harness import Options, run
     from xla_costmodel.bench.plan import PLANS
     from xla_costmodel.bench.report import missing_keys, print_table, to_json
@@ -75,7 +75,7 @@ def bench(
         plan = replace(plan, load=load)
     console = Console(stderr=True)
     opts = Options(
-        model_dir=model_dir.resolve(),
+        model_dir=(model_dir or shipped_models()).resolve(),
         out=out.resolve(),
         threads=threads,
         workers=workers,

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from xla_costmodel import paths
 from xla_costmodel.tpugraphs.arrays import Graph, Sample
 from xla_costmodel.tpugraphs.reader import load_npz
 from xla_costmodel.tpugraphs.spec import TILE_CONFIG_DIM
 
-REPO = Path(__file__).resolve().parents[1]
 TILE_SUBDIR = "pb/official_testdata/op_tuning_data.converted"
 NLP_GRAPH = "npz/layout/nlp/default/test/3a0c5517a87df8d82fd637b83298a3ba.npz"
 SMALL_LAYOUT_GRAPH = "npz/layout/xla/default/test/cd708819d3f5103afd6460b15e74eaf3.npz"
@@ -28,12 +28,14 @@ F32 = npt.NDArray[np.float32]
 
 
 def shared_root() -> Path:
-    """``../shared/tpugraphs`` beside the repo, or ``$COSTMODEL_SHARED_DATA``."""
-    root = Path(
-        os.environ.get("COSTMODEL_SHARED_DATA", REPO.parent / "shared" / "tpugraphs")
-    )
+    """``$COSTMODEL_SHARED_DATA``, else ``../shared/tpugraphs`` from the working
+    directory (the repository root under ``make``)."""
+    root = Path(os.environ.get("COSTMODEL_SHARED_DATA", paths.SHARED_TPUGRAPHS))
     if not root.is_dir():
-        raise FileNotFoundError(f"real TpuGraphs data not found at {root}")
+        raise FileNotFoundError(
+            f"real TpuGraphs data not found at {root}: run from the repository root "
+            "or set COSTMODEL_SHARED_DATA"
+        )
     return root
 
 

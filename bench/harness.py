@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from xla_costmodel import shipped_models
 from xla_costmodel.bench import inproc, layout_phase, peers_phase, torch_eager
 from xla_costmodel.bench.data import (
-    REPO,
     TileWorkload,
     layout_sample,
     shared_root,
@@ -42,8 +42,8 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Options:
-    model_dir: Path = REPO / "models" / "artifacts"
-    out: Path = REPO / "bench" / "results"
+    model_dir: Path = field(default_factory=shipped_models)
+    out: Path = Path("bench/results")  # from the repository root (make)
     threads: int = 1  # onnxruntime intra-op threads, in process and in the server
     workers: int | None = None  # the server's inference workers (None: its default)
     tile_model: str = "tile"

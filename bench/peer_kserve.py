@@ -24,8 +24,7 @@ import numpy as np
 
 from xla_costmodel.procs import LOOPBACK, ManagedProcess, ProcessError
 
-REPO = Path(__file__).resolve().parents[1]
-VENV = REPO / ".venv-kserve"
+VENV = Path(".venv-kserve")  # `make kserve-venv`, from the repository root
 SERVER_SCRIPT = Path(__file__).resolve().parent / "peer_kserve_server.py"
 KSERVE_PINS = ("kserve==0.21.0", "onnxruntime", "numpy")
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -33,7 +32,7 @@ MODEL = "tile"
 
 
 def venv_python(venv: Path = VENV) -> Path:
-    return venv / "bin" / "python"
+    return venv.resolve() / "bin" / "python"  # the server runs in its own workdir
 
 
 def kserve_ready(venv: Path = VENV) -> bool:

@@ -26,7 +26,7 @@ from typing import Annotated
 
 import typer
 
-from xla_costmodel.bench.data import REPO, fresh_copy, layout_sample, tile_workload
+from xla_costmodel.bench.data import fresh_copy, layout_sample, tile_workload
 from xla_costmodel.bench.harness import Options, server_env
 from xla_costmodel.bench.http_phase import Body, HttpRanker
 from xla_costmodel.clients import CostModelClient, prepare_graph
@@ -119,9 +119,9 @@ def profile(
         str, typer.Argument(help="http-binary, http-json, layout-cached or layout-cold")
     ] = "http-binary",
     seconds: Annotated[float, typer.Option(help="Sampling time.")] = 10.0,
-    out: Annotated[Path, typer.Option(help="Where the profiles go.")] = REPO
-    / "bench"
-    / "results",
+    out: Annotated[Path, typer.Option(help="Where the profiles go.")] = Path(
+        "bench/results"
+    ),
     rate: Annotated[int, typer.Option(help="py-spy samples per second.")] = 250,
 ) -> None:
     """Profile one request type: py-spy on the server, pyinstrument on the client."""

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from xla_costmodel import paths
 from xla_costmodel.bench.data import F32
 from xla_costmodel.bench.inproc import Budget
 from xla_costmodel.bench.timing import Timings, time_calls
 from xla_costmodel.tpugraphs.arrays import Graph
 
 CHECKPOINT = "checkpoint.pt"  # xla_costmodel.models.train.CHECKPOINT, named here to avoid importing torch
-CHECKPOINTS = Path(__file__).resolve().parents[1] / "models" / "checkpoints"
+CHECKPOINTS = paths.CHECKPOINTS  # from the repository root (make)
 SAME_MODEL_ATOL = 1e-3  # float32 eager vs onnxruntime (folded weights) on raw scores
 
 
@@ -54,7 +55,7 @@ def checkpoint_path(artifact_dir: Path) -> Path | None:
     shipped = CHECKPOINTS / artifact_dir.parent.name / artifact_dir.name
     for path in (artifact_dir / CHECKPOINT, shipped / CHECKPOINT):
         if path.is_file():
-            return path
+            return path.resolve()
     return None
 
 

@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.bench.data import REPO, shared_root
+from xla_costmodel import shipped_models
+from xla_costmodel.bench.data import shared_root
 from xla_costmodel.manifest import list_versions
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.tpugraphs import adapt
@@ -58,8 +59,7 @@ HEADLINE = LAYOUT_FILES[0]
 NS = (2, 4, 6, 10, 20, 50, 100)
 SEEDS = tuple(range(10))
 KEYS = ("kendall_tau", "top1_slowdown", "top5_slowdown", "best_found_1", "best_found_5")
-ARTIFACTS = REPO / "models" / "artifacts"
-RESULT = REPO / "studies" / "results" / "adaptation.json"
+RESULT = Path("studies/results/adaptation.json")  # from the repository root (make)
 F64 = npt.NDArray[np.float64]
 
 
@@ -209,10 +209,11 @@ def runners() -> dict[str, ArtifactRunner]:
     """The newest shipped artifact of each collection (the models are named after it)."""
     out = {}
     for name in ("tile", "layout"):
-        versions = list_versions(ARTIFACTS, name)
+        artifacts = shipped_models()
+        versions = list_versions(artifacts, name)
         if not versions:
-            raise FileNotFoundError(f"no {name} artifact under {ARTIFACTS}")
-        out[name] = ArtifactRunner(ARTIFACTS / name / versions[-1])
+            raise FileNotFoundError(f"no {name} artifact under {artifacts}")
+        out[name] = ArtifactRunner(artifacts / name / versions[-1])
     return out
 
 

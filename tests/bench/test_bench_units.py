@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from xla_costmodel.bench.data import (
-    REPO,
     fresh_copy,
     synth_tile_configs,
     tile_workload,
@@ -19,6 +18,8 @@ from xla_costmodel.bench.plan import FULL, PLANS, QUICK
 from xla_costmodel.bench.report import KEYS, add_ratios, markdown, missing_keys
 from xla_costmodel.bench.timing import percentile, time_calls
 from xla_costmodel.tpugraphs.graph_id import graph_id
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_synthetic_tile_configs_keep_sums_and_products(shared_data: Path) -> None:

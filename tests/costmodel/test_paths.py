@@ -49,3 +49,20 @@ def test_the_shipped_models_are_package_data() -> None:
         "layout",
         "xla_cpu",
     }
+
+
+def test_no_module_finds_checkout_data_beside_itself() -> None:
+    """``Path(__file__).parents[...]`` reaches out of the package: right in a checkout
+    by coincidence, wrong in an installed one. Package data beside a module (the
+    migrations, the KServe peer's script) is fine: it ships with it."""
+    package = REPO / "xla_costmodel"
+    # The package and every folder linked into it (rglob does not follow the links).
+    roots = [package, *(p.resolve() for p in package.iterdir() if p.is_symlink())]
+    files = [f for root in roots for f in sorted(root.rglob("*.py"))]
+    assert len(files) > 150  # the whole package was read
+    offenders = []
+    for path in files:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if "__file__" in line and ".parents[" in line:
+                offenders.append(f"{path}:{n}")
+    assert offenders == []
