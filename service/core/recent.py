@@ -16,7 +16,8 @@ serves no Redis, a Redis failure (a miss, a log line and a metric, never an erro
 and batches too large to share.
 
 The rank answer does not wait for Redis: ``remember`` keeps the batch in memory and
-starts its SET in the background (``aclose`` lets the ones in flight finish). So a
+queues its SET for one background task, which writes whatever has queued in one
+pipeline per round trip (``aclose`` lets it finish). So a
 feedback that reaches another process right after the answer may ask Redis before
 the SET landed: ``recall`` of a ranking issued less than ``WRITE_GRACE_S`` ago polls
 Redis until then, and the ``ranking_id`` is valid as soon as the answer is sent.
@@ -96,7 +97,10 @@ class RecentRankings:
         # client's short socket timeout. A 1,965-config layout batch (int8) is 2.2 MB.
         self.shared_bytes = shared_bytes
         self.shared = redis is not None
-        self._writes: set[asyncio.Task[None]] = set()  # SETs in flight
+        # Batches waiting for Redis, and the one task writing them: under load the
+        # SETs of several answers share one round trip (a pipeline).
+        self._queue: list[tuple[Key, Scored]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     def remember(
         self, key: Key, configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]
@@ -109,11 +113,17 @@ class RecentRankings:
             configs.dtype.newbyteorder("<").str in DTYPES
         )
         if self.shared and shareable:  # else too big (or remembering is off)
-            write = asyncio.get_running_loop().create_task(
-                self.tier.store(key, (configs, scores), ttl_s=TTL_S)
-            )
-            self._writes.add(write)  # a reference, or the task may be collected
-            write.add_done_callback(self._writes.discard)
+            self._queue.append((key, (configs, scores)))
+            if self._writer is None:
+                self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self.tier.store_many(batch, ttl_s=TTL_S)
+        finally:
+            self._writer = None
 
     async def recall(self, key: Key) -> Scored | None:
         # A key names one batch forever: memory first, then Redis.
@@ -133,8 +143,8 @@ class RecentRankings:
 
     async def aclose(self) -> None:
         """Let the SETs in flight finish (before Redis closes)."""
-        if self._writes:
-            await asyncio.gather(*self._writes, return_exceptions=True)
+        while self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
 
 
 def dumps(configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]) -> bytes:

@@ -94,6 +94,16 @@ class RedisStore:
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._failed(exc) from None
 
+    async def set_many(self, items: list[tuple[str, bytes]], ttl_s: int) -> None:
+        """Store each with the TTL in one round trip (a pipeline, not a transaction)."""
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key, value in items:
+                    pipe.set(key, value, ex=ttl_s)
+                await pipe.execute()
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise self._failed(exc) from None
+
     async def delete(self, key: str) -> None:
         try:
             await self.client.delete(key)

@@ -139,6 +139,17 @@ class TieredCache(Generic[K, V]):
         except CacheUnavailable as exc:
             self.failed("set", key, exc)
 
+    async def store_many(self, items: list[tuple[K, V]], *, ttl_s: int) -> None:
+        """SET each in Redis in one round trip."""
+        if not items or not self._usable():
+            return
+        assert self.redis is not None
+        wire = [(self.codec.key(k), self.codec.dumps(v)) for k, v in items]
+        try:
+            await self.redis.set_many(wire, ttl_s)
+        except CacheUnavailable as exc:
+            self.failed("set", items[0][0], exc)
+
     def failed(self, op: str, key: K, exc: Exception) -> None:
         self.events.cache_error("redis", self.codec.ops + op)
         log.warning(

@@ -161,3 +161,19 @@ def test_dumps_and_loads_keep_the_batch_as_sent(dtype: str) -> None:
     assert back_configs.dtype == np.dtype(dtype).newbyteorder("<")
     assert np.array_equal(back_configs, configs)
     assert np.array_equal(back_scores, scores)
+
+
+async def test_batches_queued_together_all_reach_redis(
+    stores: list[RedisStore],
+) -> None:
+    """Answers remembered in one go share the background writer's pipeline; every
+    batch lands, and another worker recalls each by its own id."""
+    a, b = (RecentRankings(MiB, store, Events()) for store in stores)
+    keys = [("tile", "1", "g" * 64, recent.new_ranking_id()) for _ in range(20)]
+    for n, key in enumerate(keys):
+        a.remember(key, *batch(n + 1))
+    await a.aclose()
+    for n, key in enumerate(keys):
+        assert await stores[0].client.exists(recent_key(*key)) == 1
+        found = await b.recall(key)
+        assert found is not None and len(found[1]) == n + 1
