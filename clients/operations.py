@@ -213,29 +213,23 @@ def _rank_call(
     opts: RankOptions,
     by_id: bool,
 ) -> Call:
-    graph_id = graph.graph_id if by_id else None
-    params = query(
-        model=model,
-        graph_id=graph_id,
-        top_k=opts.top_k,
-        model_version=opts.version,
-        target=opts.target,
-        adapt=None if opts.adapt else "false",
-        portfolio="true" if opts.portfolio else None,
-    )
+    # What a JSON body holds; an npz body carries the same in the query.
+    given = {
+        "model": model,
+        "graph_id": graph.graph_id if by_id else None,
+        "top_k": opts.top_k,
+        "model_version": opts.version,
+        "target": opts.target,
+        "adapt": None if opts.adapt else False,
+        "portfolio": True if opts.portfolio else None,
+    }
+    fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if by_id and configs.size <= JSON_BODY_MAX_VALUES:
-        fields: dict[str, Any] = {"model": model, "graph_id": graph_id}
-        optional = {
-            "top_k": opts.top_k,
-            "model_version": opts.version,
-            "target": opts.target,
-            "adapt": None if opts.adapt else False,
-            "portfolio": True if opts.portfolio else None,
-        }
-        fields.update((k, v) for k, v in optional.items() if v is not None)
-        fields["configs"] = configs.tolist()
-        body = json_body(fields)
+        body = json_body({**fields, "configs": configs.tolist()})
         return Call("POST", "/v1/rank", {}, body, JSON, accept=opts.accept)
+    params = {
+        k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in fields.items()
+    }
     body = configs_npz(configs, graph, spec, inline=not by_id)
     return Call("POST", "/v1/rank", params, body, NPZ, accept=opts.accept)
 

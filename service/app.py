@@ -92,10 +92,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         else partial(default_sqlite_url, settings.data_dir)
     )
     app.state.database = db = Database(url, on_statement=metrics.db_statement)
-    database_url = (
-        settings.database_url.get_secret_value() if settings.database_url else None
+    # The default (a callable) is the SQLite file.
+    alone = is_alone(
+        settings.workers, app.state.replica, None if callable(url) else url
     )
-    alone = is_alone(settings.workers, app.state.replica, database_url)
     generations = Generations(
         None if redis is None else redis.client,
         metrics,

@@ -54,6 +54,28 @@ def rss_mb(pid: int) -> float:
     raise ProcessError(f"no VmRSS for pid {pid}")
 
 
+def child_processes() -> set[str]:
+    """Live (not zombie) children of this process as ``"pid: command line"`` (Linux),
+    so a run can check it left none behind. multiprocessing's resource tracker is
+    left out: started once, on first use of a spawn context, it lives as long as its
+    parent by design."""
+    me = os.getpid()
+    found = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # it ended while we looked
+            continue
+        if (
+            int(fields[1]) == me
+            and fields[0] != "Z"
+            and "resource_tracker" not in cmdline
+        ):
+            found.add(f"{proc.name}: {cmdline}")
+    return found
+
+
 def wait_until(
     check: Callable[[], bool], timeout_s: float, interval_s: float = 0.05
 ) -> bool:

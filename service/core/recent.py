@@ -96,11 +96,15 @@ class RecentRankings:
         # Larger batches stay in this process: a SET much larger would not fit the
         # client's short socket timeout. A 1,965-config layout batch (int8) is 2.2 MB.
         self.shared_bytes = shared_bytes
-        self.shared = redis is not None
         # Batches waiting for Redis, and the one task writing them: under load the
         # SETs of several answers share one round trip (a pipeline).
         self._queue: list[tuple[Key, Scored]] = []
         self._writer: asyncio.Task[None] | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether batches are shared through Redis (else memory only)."""
+        return self.tier.redis is not None
 
     def remember(
         self, key: Key, configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]

@@ -18,32 +18,10 @@ from typer.testing import CliRunner
 from xla_costmodel.bench import harness
 from xla_costmodel.bench.plan import SMOKE
 from xla_costmodel.bench.report import KEYS
+from xla_costmodel.procs import child_processes
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "models" / "artifacts"
-
-
-def children() -> set[str]:
-    """Command lines of live (not zombie) child processes of this test process.
-
-    multiprocessing's resource tracker is left out: it is started once, on first use
-    of a spawn context, and lives as long as the parent by design.
-    """
-    me = os.getpid()
-    found = set()
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if (
-            int(fields[1]) == me
-            and fields[0] != "Z"
-            and "resource_tracker" not in cmdline
-        ):
-            found.add(f"{proc.name}: {cmdline}")
-    return found
 
 
 @pytest.fixture
@@ -62,7 +40,7 @@ def test_smoke_run_prints_every_figure_and_stops_its_servers(
 
     app = typer.Typer()
     app.command()(bench)
-    before = children()
+    before = child_processes()
     args = ["--smoke", "--json", "--out", str(tmp_path), "--model-dir", str(models)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -90,7 +68,7 @@ def test_smoke_run_prints_every_figure_and_stops_its_servers(
     assert Path(figures["plot"]).is_file() and (tmp_path / "bench_smoke.json").is_file()
     check_peer_figures(figures)
     check_fleet_figures(figures)
-    assert children() <= before
+    assert child_processes() <= before
 
 
 def check_fleet_figures(figures: dict[str, Any]) -> None:
@@ -139,8 +117,8 @@ def test_servers_are_stopped_when_a_phase_fails(
         raise RuntimeError("phase failed")
 
     monkeypatch.setattr(harness, "layout_figures", broken)
-    before = children()
+    before = child_processes()
     opts = harness.Options(model_dir=models, out=tmp_path)
     with pytest.raises(RuntimeError, match="phase failed"):
         harness.run(SMOKE, opts, lambda _: None)
-    assert children() <= before
+    assert child_processes() <= before

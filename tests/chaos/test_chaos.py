@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from xla_costmodel.procs import child_processes
 
 PHASES = [
     "baseline",
@@ -30,19 +30,6 @@ PHASES = [
 ]
 
 
-def children() -> set[int]:
-    """Live (not zombie) child processes of this test process."""
-    found = set()
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            found.add(int(proc.name))
-    return found
-
-
 @pytest.fixture(scope="module")
 def result() -> dict[str, Any]:
     """One run with tiny phases (the plan is the internal knob; the command line only
@@ -50,9 +37,9 @@ def result() -> dict[str, Any]:
     from xla_costmodel.chaos.cli import to_json
     from xla_costmodel.chaos.harness import PLANS, run
 
-    before = children()
+    before = child_processes()
     out = run(replace(PLANS["quick"], phase_s=2.0, soak_s=2.0), log=lambda _: None)
-    assert children() <= before, "a process started by the run outlived it"
+    assert child_processes() <= before, "a process started by the run outlived it"
     return json.loads(to_json(out))  # type: ignore[no-any-return]
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from xla_costmodel.procs import child_processes
+
 STRATEGIES = ("slowdown", "model_slowdown", "random_slowdown", "per_graph_slowdown")
 METADATA = (
     "date",
@@ -26,27 +28,6 @@ METADATA = (
     "numpy",
     "git_commit",
 )
-
-
-def children() -> set[str]:
-    """Live (not zombie) child processes of this test process, by pid and command
-    line; multiprocessing's resource tracker (started once, lives with its parent)
-    is left out."""
-    me = os.getpid()
-    found = set()
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if (
-            int(fields[1]) == me
-            and fields[0] != "Z"
-            and "resource_tracker" not in cmdline
-        ):
-            found.add(f"{proc.name}: {cmdline}")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +42,10 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     out = tmp_path_factory.mktemp("learning")
     app = typer.Typer()
     app.command()(learning)
-    before = children()
+    before = child_processes()
     result = CliRunner().invoke(app, ["--quick", "--json", "--out", str(out)])
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
-    assert children() <= before
+    assert child_processes() <= before
     return json.loads(result.stdout), out
 
 
