@@ -60,7 +60,7 @@ lint: $(VENV)/.all-deps
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Rebuilds the shipped models from the labelled real files in ../shared/tpugraphs.
+# Rebuilds the shipped models from the labelled real files in datasets/tpugraphs.
 train: $(VENV)/.all-deps
 	$(BIN)/python -m xla_costmodel.models.shipped
 
@@ -104,11 +104,13 @@ collect: $(VENV)/.all-deps
 train-xla-cpu: $(VENV)/.all-deps
 	$(BIN)/python -m xla_costmodel.models.xla_cpu_recipe
 
-# The fleet simulation (costmodel simulate): per target, programs tuned at K = 8 after
-# h = 0, 5, 10, 20 others, by the real policy vs random, the best fixed set and the
-# oracle: studies/results/fleet.json
+# The fleet simulation (costmodel simulate): per target, programs tuned at K = 1..16
+# after h = 0, 5, 10, 20 others, by the real policy vs random, the best fixed set and
+# the oracle, and a second fleet reusing the first's decisions (docs/tuning-budgets.md):
+# studies/results/budgets.json (committed) and budgets.png
 xla-tuning: $(VENV)/.all-deps
-	$(BIN)/costmodel simulate --out studies/results/fleet.json
+	$(BIN)/costmodel simulate --budgets 1,2,4,8,16 --out studies/results/budgets.json \
+		--plot studies/results/budgets.png
 
 # The README's monitoring figure: a real service and Prometheus, a fleet of tuners
 # replaying datasets/xla_cpu; the recorded series plotted (studies/results/monitoring.*).

@@ -27,14 +27,14 @@ SMALL_LAYOUT_GRAPH = "npz/layout/xla/default/test/cd708819d3f5103afd6460b15e74ea
 F32 = npt.NDArray[np.float32]
 
 
-def shared_root() -> Path:
-    """``$COSTMODEL_SHARED_DATA``, else ``../shared/tpugraphs`` from the working
+def tpugraphs_root() -> Path:
+    """``$COSTMODEL_TPUGRAPHS_DATA``, else ``datasets/tpugraphs`` from the working
     directory (the repository root under ``make``)."""
-    root = Path(os.environ.get("COSTMODEL_SHARED_DATA", paths.SHARED_TPUGRAPHS))
+    root = Path(os.environ.get("COSTMODEL_TPUGRAPHS_DATA", paths.TPUGRAPHS))
     if not root.is_dir():
         raise FileNotFoundError(
             f"real TpuGraphs data not found at {root}: run from the repository root "
-            "or set COSTMODEL_SHARED_DATA"
+            "or set COSTMODEL_TPUGRAPHS_DATA"
         )
     return root
 
@@ -42,7 +42,7 @@ def shared_root() -> Path:
 def tile_samples(root: Path | None = None) -> list[Sample]:
     """The converted real tile kernels, the one with most real configs first (the main
     benchmark graph: its synthetic configs are drawn from the most varied rows)."""
-    paths = sorted((root or shared_root()).joinpath(TILE_SUBDIR).glob("*.npz"))
+    paths = sorted((root or tpugraphs_root()).joinpath(TILE_SUBDIR).glob("*.npz"))
     samples = [load_npz(p, "tile") for p in paths]
     if not samples:
         raise FileNotFoundError(f"no tile kernels under {TILE_SUBDIR}")
@@ -50,7 +50,7 @@ def tile_samples(root: Path | None = None) -> list[Sample]:
 
 
 def layout_sample(relpath: str = NLP_GRAPH, root: Path | None = None) -> Sample:
-    return load_npz((root or shared_root()) / relpath, "layout")
+    return load_npz((root or tpugraphs_root()) / relpath, "layout")
 
 
 def fresh_copy(graph: Graph, k: int) -> Graph:

@@ -25,8 +25,8 @@ from xla_costmodel.bench import inproc, layout_phase, peers_phase, torch_eager
 from xla_costmodel.bench.data import (
     TileWorkload,
     layout_sample,
-    shared_root,
     tile_workload,
+    tpugraphs_root,
 )
 from xla_costmodel.bench.http_phase import BODIES, HttpRanker
 from xla_costmodel.bench.load import LoadTarget, run_load
@@ -209,7 +209,7 @@ def served(
         log(f"load: {plan.load.clients} clients for {plan.load.seconds:.0f} s")
         out["server_rss_mb_before"] = rss_mb(server.pid)
         target = LoadTarget(
-            server.url, opts.tile_model, plan.tile_configs, shared_root()
+            server.url, opts.tile_model, plan.tile_configs, tpugraphs_root()
         )
         load = run_load(target, plan.load)
         out["server_rss_mb_after"] = rss_mb(server.pid)

@@ -23,8 +23,8 @@ def chaos(
         bool,
         typer.Option(
             "--ray",
-            help="Also kill a replica (needs xla_costmodel.service.ray_app; "
-            "skipped without it).",
+            help="Also kill a Ray Serve replica (needs the ray extra; skipped "
+            "without it).",
         ),
     ] = False,
 ) -> None:

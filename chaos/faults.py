@@ -195,10 +195,8 @@ def serving_version(cluster: Cluster) -> str | None:
 def ray_available() -> bool:
     import importlib.util
 
-    try:
-        return importlib.util.find_spec("xla_costmodel.service.ray_app") is not None
-    except ModuleNotFoundError:
-        return False
+    # The Ray app always ships with the service; Ray itself is the ray extra.
+    return importlib.util.find_spec("ray") is not None
 
 
 FAULTS: dict[str, Callable[[Cluster, float], dict[str, Any]]] = {

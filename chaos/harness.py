@@ -15,6 +15,7 @@ command exits 1 when there are any.
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 import time
 from contextlib import ExitStack
@@ -61,7 +62,7 @@ def run(plan: Plan, log: Any = print, ray: bool = False) -> dict[str, Any]:
     """One chaos run; every process it starts is stopped before it returns.
 
     ``ray``: add the ``replica_killed`` phase (``chaos.ray_phase``) when
-    ``xla_costmodel.service.ray_app`` exists; otherwise it is listed as skipped.
+    Ray is installed (the ray extra); otherwise it is listed as skipped.
     """
     started = time.monotonic()
     recorder, ledger = Recorder(), Ledger()
@@ -89,7 +90,7 @@ def run(plan: Plan, log: Any = print, ray: bool = False) -> dict[str, Any]:
             recorder.begin("restart")
             crew = start_crew(stack, cluster)
         elif ray:
-            reason = "xla_costmodel.service.ray_app does not exist"
+            reason = "ray is not installed: pip install 'xla-costmodel[ray]'"
             skipped.append({"phase": "replica_killed", "reason": reason})
         log(f"soak ({plan.soak_s:g} s)")
         cluster.workload.fresh.enabled = False
@@ -141,6 +142,9 @@ def start_cluster(
         "COSTMODEL_MAX_INFLIGHT": str(plan.max_inflight),
         "COSTMODEL_ADMIN_TOKEN": ADMIN_TOKEN,
         "COSTMODEL_FEEDBACK_AUTH": "token",  # as deployed, although on loopback
+        # Required with Redis and tokens (the test cluster's database URL has no
+        # password to derive it from): seals what the service keeps in Redis.
+        "COSTMODEL_REDIS_HMAC_KEY": "chaos-" + secrets.token_hex(16),
         "COSTMODEL_LOG_LEVEL": "WARNING",
     }
     server = stack.enter_context(costmodel_serve(tmp, env))

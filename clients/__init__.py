@@ -29,6 +29,7 @@ from xla_costmodel.clients.errors import (
     GraphNotFound,
     InvalidRequest,
     ModelNotFound,
+    NoDecision,
     NotFound,
     ProtocolError,
     ServiceUnavailable,
@@ -39,7 +40,15 @@ from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import GraphInput, PreparedGraph, prepare_graph
 from xla_costmodel.clients.retry import Deadline, RetryPolicy
 from xla_costmodel.clients.session import AsyncTuningSession, TuningSession
-from xla_costmodel.clients.wire import FeedbackResult, GraphInfo, ModelInfo, RankResult
+from xla_costmodel.clients.wire import (
+    BestKnown,
+    Decision,
+    DecisionResult,
+    FeedbackResult,
+    GraphInfo,
+    ModelInfo,
+    RankResult,
+)
 from xla_costmodel.tpugraphs.configs import NodeLayout, TileSizes
 
 __all__ = [
@@ -48,10 +57,13 @@ __all__ = [
     "ApiError",
     "AsyncCostModelClient",
     "AsyncTuningSession",
+    "BestKnown",
     "CostModelClient",
     "CostModelError",
     "Deadline",
     "DeadlineExceeded",
+    "Decision",
+    "DecisionResult",
     "EndpointNotFound",
     "FeedbackResult",
     "GraphInfo",
@@ -61,6 +73,7 @@ __all__ = [
     "InvalidRequest",
     "ModelInfo",
     "ModelNotFound",
+    "NoDecision",
     "NodeLayout",
     "NotFound",
     "PreparedGraph",

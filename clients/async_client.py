@@ -10,7 +10,11 @@ from typing import Any, Self, TypeVar, cast
 import httpx
 import numpy as np
 
-from xla_costmodel.clients.errors import CostModelError, ServiceUnavailable
+from xla_costmodel.clients.errors import (
+    CostModelError,
+    NoDecision,
+    ServiceUnavailable,
+)
 from xla_costmodel.clients.exchange import (
     DEFAULT_LIMITS,
     DEFAULT_TIMEOUT,
@@ -22,7 +26,9 @@ from xla_costmodel.clients.exchange import (
 )
 from xla_costmodel.clients.operations import (
     Flow,
+    best_flow,
     collection_flow,
+    decision_flow,
     feedback_flow,
     models_flow,
     upload_flow,
@@ -31,7 +37,10 @@ from xla_costmodel.clients.payloads import GraphInput, prepare_graph
 from xla_costmodel.clients.retry import Deadline, RetryPolicy
 from xla_costmodel.clients.session import AsyncTuningSession
 from xla_costmodel.clients.wire import (
+    BestKnown,
     Call,
+    Decision,
+    DecisionResult,
     FeedbackResult,
     GraphInfo,
     ModelInfo,
@@ -142,6 +151,7 @@ class AsyncCostModelClient(ClientCore):
         ranking_id: str | None = None,
         model_version: str | None = None,
         target: str | None = None,
+        compiler: str | None = None,
         deadline: DeadlineArg = None,
     ) -> FeedbackResult:
         """See ``CostModelClient.feedback``."""
@@ -161,8 +171,49 @@ class AsyncCostModelClient(ClientCore):
                 target,
                 ranking_id,
                 spec,
+                compiler,
             )
             return await self._run(flow, limit)
+
+    async def best(
+        self,
+        model: str,
+        *,
+        graph_id: str | None = None,
+        hlo_fingerprint: str | None = None,
+        target: str | None = None,
+        compiler: str | None = None,
+        min_writers: int | None = None,
+        deadline: DeadlineArg = None,
+    ) -> BestKnown | None:
+        """The best decided config of a program on ``target`` (``GET /v1/best``), by
+        ``graph_id`` or ``hlo_fingerprint``; None when nothing was decided.
+        ``stale`` in the answer: decided under another ``compiler`` than this one."""
+        flow = best_flow(
+            model,
+            target,
+            compiler,
+            graph_id=graph_id,
+            hlo_fingerprint=hlo_fingerprint,
+            min_writers=min_writers,
+        )
+        try:
+            return await self._run(flow, self._deadline(deadline))
+        except NoDecision:
+            return None
+
+    async def record_decision(
+        self,
+        model: str,
+        decision: Decision,
+        *,
+        model_version: str | None = None,
+        deadline: DeadlineArg = None,
+    ) -> DecisionResult:
+        """Store a tuning run's final choice (``POST /v1/decisions``; the writer
+        token as for feedback). Resends of this call are stored once."""
+        flow = decision_flow(model, model_version, decision)
+        return await self._run(flow, self._deadline(deadline))
 
     async def models(self, *, deadline: DeadlineArg = None) -> list[ModelInfo]:
         return await self._run(models_flow(self.collections), self._deadline(deadline))
@@ -174,9 +225,13 @@ class AsyncCostModelClient(ClientCore):
             return False
 
     def session(
-        self, model: str, model_version: str | None = None, target: str | None = None
+        self,
+        model: str,
+        model_version: str | None = None,
+        target: str | None = None,
+        compiler: str | None = None,
     ) -> AsyncTuningSession:
-        return AsyncTuningSession(self, model, model_version, target)
+        return AsyncTuningSession(self, model, model_version, target, compiler)
 
     async def _run(self, flow: Flow[T], deadline: Deadline) -> T:
         try:

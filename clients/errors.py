@@ -81,6 +81,10 @@ class ModelNotFound(NotFound):
     pass
 
 
+class NoDecision(NotFound):
+    """``GET /v1/best``: nothing was decided for that program on that target."""
+
+
 class EndpointNotFound(NotFound):
     """A 404/405 without a known error code: the service has no such route."""
 
@@ -97,6 +101,7 @@ class ProtocolError(CostModelError):
 _BY_CODE: Mapping[str, type[CostModelError]] = {
     "graph_not_found": GraphNotFound,
     "model_not_found": ModelNotFound,
+    "no_decision": NoDecision,
     "model_version_not_loaded": VersionNotLoaded,
     "invalid_request": InvalidRequest,
     "malformed_body": InvalidRequest,

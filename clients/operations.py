@@ -29,12 +29,17 @@ from xla_costmodel.clients.errors import (
 from xla_costmodel.clients.payloads import NPZ, PreparedGraph, config_array, configs_npz
 from xla_costmodel.clients.wire import (
     JSON,
+    BestKnown,
     Call,
+    Decision,
+    DecisionResult,
     FeedbackResult,
     GraphInfo,
     ModelInfo,
     RankResult,
     json_body,
+    parse_best,
+    parse_decision,
     parse_feedback,
     parse_graph_info,
     parse_models,
@@ -252,6 +257,7 @@ def feedback_flow(
     target: str | None = None,
     ranking_id: str | None = None,
     spec: CollectionSpec | None = None,
+    compiler: str | None = None,
 ) -> Flow[FeedbackResult]:
     """POST /v1/feedback (JSON) with a fresh ``Idempotency-Key``: every resend of this
     call carries the same key, so the service stores it once however often it is
@@ -265,6 +271,8 @@ def feedback_flow(
         body["target"] = target
     if ranking_id is not None:  # the rank answer config_indices index into
         body["ranking_id"] = ranking_id
+    if compiler is not None:  # what the runtimes were measured under
+        body["compiler"] = compiler
     call = Call(
         "POST",
         "/v1/feedback",
@@ -326,6 +334,47 @@ def _exact_ints(rows: np.ndarray[Any, Any]) -> bool:
         and np.abs(rows).max(initial=0) < 2**53
         and np.array_equal(rows, np.round(rows))
     )
+
+
+def best_flow(
+    model: str,
+    target: str | None,
+    compiler: str | None,
+    *,
+    graph_id: str | None = None,
+    hlo_fingerprint: str | None = None,
+    min_writers: int | None = None,
+) -> Flow[BestKnown]:
+    """GET /v1/best for a program named by ``graph_id`` or ``hlo_fingerprint``;
+    ``NoDecision`` when nothing was decided."""
+    if (graph_id is None) == (hlo_fingerprint is None):
+        raise InvalidRequest(
+            "give exactly one of graph_id and hlo_fingerprint", field="graph_id"
+        )
+    params = query(
+        model=model,
+        target=target,
+        compiler=compiler,
+        graph_id=graph_id,
+        hlo_fingerprint=hlo_fingerprint,
+        min_writers=min_writers,
+    )
+    return parse_best((yield Call("GET", "/v1/best", params)))
+
+
+def decision_flow(
+    model: str, version: str | None, decision: Decision
+) -> Flow[DecisionResult]:
+    """POST /v1/decisions with a fresh ``Idempotency-Key`` kept across resends."""
+    call = Call(
+        "POST",
+        "/v1/decisions",
+        {},
+        json_body(decision.to_json(model, version)),
+        JSON,
+        idempotency_key=uuid.uuid4().hex,
+    )
+    return parse_decision((yield call))
 
 
 def models_flow(known: ModelCollections | None = None) -> Flow[list[ModelInfo]]:

@@ -51,6 +51,7 @@ class Ranks(Protocol):
         ranking_id: str | None = ...,
         model_version: str | None = ...,
         target: str | None = ...,
+        compiler: str | None = ...,
         deadline: DeadlineArg = ...,
     ) -> FeedbackResult: ...
 
@@ -82,17 +83,23 @@ class AsyncRanks(Protocol):
         ranking_id: str | None = ...,
         model_version: str | None = ...,
         target: str | None = ...,
+        compiler: str | None = ...,
         deadline: DeadlineArg = ...,
     ) -> FeedbackResult: ...
 
 
 class _Pin:
     def __init__(
-        self, model: str, model_version: str | None, target: str | None = None
+        self,
+        model: str,
+        model_version: str | None,
+        target: str | None = None,
+        compiler: str | None = None,
     ) -> None:
         self.model = model
         self.model_version = model_version
         self.target = target  # the hardware this session measures on
+        self.compiler = compiler  # and the compiler ("jaxlib 0.10.2"; None: unknown)
         self.last_ranking_id: str | None = None  # of the latest answer
 
     def _indexed(self, indices: Sequence[int] | None) -> str | None:
@@ -122,8 +129,9 @@ class TuningSession(_Pin):
         model: str,
         model_version: str | None = None,
         target: str | None = None,
+        compiler: str | None = None,
     ) -> None:
-        super().__init__(model, model_version, target)
+        super().__init__(model, model_version, target, compiler)
         self.client = client
 
     def rank(
@@ -170,6 +178,7 @@ class TuningSession(_Pin):
             ranking_id=ranking_id or self._indexed(config_indices),
             model_version=self.model_version,
             target=self.target,
+            compiler=self.compiler,
             deadline=deadline,
         )
 
@@ -183,8 +192,9 @@ class AsyncTuningSession(_Pin):
         model: str,
         model_version: str | None = None,
         target: str | None = None,
+        compiler: str | None = None,
     ) -> None:
-        super().__init__(model, model_version, target)
+        super().__init__(model, model_version, target, compiler)
         self.client = client
 
     async def rank(
@@ -231,5 +241,6 @@ class AsyncTuningSession(_Pin):
             ranking_id=ranking_id or self._indexed(config_indices),
             model_version=self.model_version,
             target=self.target,
+            compiler=self.compiler,
             deadline=deadline,
         )

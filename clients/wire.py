@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import httpx
@@ -104,6 +104,76 @@ class GraphInfo:
 @dataclass(frozen=True)
 class FeedbackResult:
     stored: int
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A tuning run's final choice for one program on one target, as a tuner sends
+    it to ``POST /v1/decisions`` (``CostModelClient.record_decision``).
+
+    ``config`` is the kept row (the default's when nothing won: a result too) and
+    ``compiler_options`` its options; ``speedup`` is the median over ``pairs``
+    interleaved pairs of default / kept, ``speedup_low``..``speedup_high`` its
+    interval and ``p_value`` the test's. ``hlo_fingerprint``
+    (``tpugraphs.graph_id.hlo_fingerprint``) lets ``jit`` find the decision without
+    featurizing the program.
+    """
+
+    graph_id: str
+    config: tuple[float, ...]
+    compiler_options: Mapping[str, Any]
+    speedup: float
+    speedup_low: float
+    pairs: int
+    budget: int
+    strategy: str
+    kept_default: bool
+    target: str | None = None
+    compiler: str | None = None
+    speedup_high: float | None = None
+    p_value: float | None = None
+    hlo_fingerprint: str | None = None
+
+    def to_json(self, model: str, model_version: str | None) -> dict[str, Any]:
+        body = {k: v for k, v in asdict(self).items() if v is not None}
+        body["config"] = [float(v) for v in self.config]
+        body["compiler_options"] = dict(self.compiler_options)
+        body["model"] = model
+        if model_version is not None:
+            body["model_version"] = model_version
+        return body
+
+
+@dataclass(frozen=True)
+class BestKnown:
+    """``GET /v1/best``: the best decided config of a program on a target.
+
+    ``stale``: decided under another ``compiler`` than the one asked about (apply it
+    only after verifying it); ``writers``: how many distinct writers decided it.
+    """
+
+    graph_id: str
+    target: str
+    config: tuple[float, ...]
+    compiler_options: Mapping[str, Any]
+    speedup: float
+    speedup_low: float
+    p_value: float | None
+    writers: int
+    decided_at: str
+    compiler: str | None
+    stale: bool
+
+    @property
+    def is_default(self) -> bool:
+        """The program's tuning kept XLA's default."""
+        return not self.compiler_options
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    stored: bool  # False: a resend, answered with the first answer
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -393,6 +463,39 @@ def parse_feedback(response: httpx.Response) -> FeedbackResult:
     return FeedbackResult(stored, {k: v for k, v in body.items() if k != "stored"})
 
 
+def parse_best(response: httpx.Response) -> BestKnown:
+    body = _json_object(response)
+    try:
+        options = body["compiler_options"]
+        if not isinstance(options, dict):
+            raise TypeError("compiler_options")
+        p_value = body.get("p_value")
+        compiler = body.get("compiler")
+        return BestKnown(
+            graph_id=str(body["graph_id"]),
+            target=str(body["target"]),
+            config=tuple(float(v) for v in body["config"]),
+            compiler_options=options,
+            speedup=float(body["speedup"]),
+            speedup_low=float(body["speedup_low"]),
+            p_value=None if p_value is None else float(p_value),
+            writers=int(body["writers"]),
+            decided_at=str(body["decided_at"]),
+            compiler=None if compiler is None else str(compiler),
+            stale=bool(body["stale"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"best answer: bad or missing field {exc}") from None
+
+
+def parse_decision(response: httpx.Response) -> DecisionResult:
+    body = _json_object(response)
+    stored = body.get("stored")
+    if not isinstance(stored, bool):
+        raise ProtocolError("decision answer: 'stored' must be a boolean")
+    return DecisionResult(stored, {k: v for k, v in body.items() if k != "stored"})
+
+
 def parse_models(response: httpx.Response) -> list[ModelInfo]:
     try:
         body: Any = response.json()
@@ -415,7 +518,10 @@ def parse_models(response: httpx.Response) -> list[ModelInfo]:
 __all__ = [
     "JSON",
     "NPZ",
+    "BestKnown",
     "Call",
+    "Decision",
+    "DecisionResult",
     "FeedbackResult",
     "GraphInfo",
     "ModelInfo",

@@ -271,6 +271,7 @@ def render(folder: Path) -> str:
         f"- measurement pinned to CPU {first.get('pinned_cpus')}; compile threads on {first.get('compile_cpus')}",
         f"- {mach.get('platform')}",
         f"- versions: {', '.join(f'{k} {v}' for k, v in first.get('versions', {}).items())}",
+        compiler_line(sides),
         f"- collected {min((s['date'] for s in sides), default='?')} to {max((s['date'] for s in sides), default='?')}; "
         f"program time summed over sidecars: {total_s / 60:.1f} min; wall: {_wall(folder)}",
         "",
@@ -286,6 +287,27 @@ def render(folder: Path) -> str:
         *_other_cpu(folder, ok),
     ]
     return "\n".join(out)
+
+
+def compiler_line(sides: list[dict[str, Any]]) -> str:
+    """The compiler the runtimes were measured under, as the service names it
+    (``jaxlib X``: XLA:CPU is built into jaxlib), from every sidecar's versions."""
+    found = sorted(
+        {
+            str(s["versions"]["jaxlib"])
+            for s in sides
+            if "jaxlib" in s.get("versions", {})
+        }
+    )
+    if not found:
+        return "- compiler: unknown (no sidecar records a jaxlib version)"
+    missing = sum("jaxlib" not in s.get("versions", {}) for s in sides)
+    names = " / ".join(f"jaxlib {v}" for v in found)
+    tail = f"; {missing} sidecars record none" if missing else ""
+    return (
+        f"- compiler: {names} (XLA:CPU as built into jaxlib; the shipped seeds' "
+        f"`compiler` in the model manifest){tail}"
+    )
 
 
 def _cpu(side: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
-"""Twelve small JAX programs that are not in the zoo, for the fleet runs in README.
+"""Twelve small JAX programs that are not in the zoo, for the fleet runs in docs/xla-cpu.md.
 
 ``costmodel tune examples/fleet_programs.py:NAME --budget 8`` tunes one; ``NAMES``
-lists them in the order the README's run tuned them, one after another against one
+lists them in the order that run tuned them, one after another against one
 service. Convolutional, recurrent, MLP and attention programs, inference and
 training steps, at shapes no zoo program has. Each function returns ``(fn, args)``.
 """

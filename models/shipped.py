@@ -60,14 +60,14 @@ LAYOUT_EPOCHS = 25
 LAYOUT_SEEDS = 5  # seeds seed..seed+4; odd, so the median is one of them
 
 
-def tile_files(shared: Path) -> tuple[list[Path], list[Path]]:
+def tile_files(data: Path) -> tuple[list[Path], list[Path]]:
     """(all labelled tile files, those with >= 2 distinct configs), in a fixed order."""
     from xla_costmodel.models.data import iter_examples
 
     files = sorted(
-        (shared / "pb/official_testdata/op_tuning_data.converted").glob("*.npz")
+        (data / "pb/official_testdata/op_tuning_data.converted").glob("*.npz")
     )
-    files += sorted((shared / "npz/tile/xla/train").glob("*.npz"))
+    files += sorted((data / "npz/tile/xla/train").glob("*.npz"))
     rankable = [Path(ex.name) for ex in iter_examples(files, "tile") if ex.rankable]
     return files, rankable
 
@@ -106,7 +106,7 @@ def layout_config(seed: int, epochs: int) -> TrainConfig:
 
 
 def build_tile(
-    shared: Path,
+    data: Path,
     artifact: Path,
     checkpoint: Path,
     runs: Path,
@@ -119,7 +119,7 @@ def build_tile(
     from xla_costmodel.models.export import export_artifact
     from xla_costmodel.models.train import fit
 
-    files, rankable = tile_files(shared)
+    files, rankable = tile_files(data)
     console.print(f"tile: leave-one-kernel-out over {len(rankable)} kernels")
     cv = cross_validate(files, rankable, cfg, runs / "cv")
     console.print(f"tile: training on all {len(files)} files")
@@ -141,7 +141,7 @@ def build_tile(
 
 
 def build_layout(
-    shared: Path,
+    data: Path,
     artifact: Path,
     checkpoint: Path,
     runs: Path,
@@ -154,8 +154,8 @@ def build_layout(
     from xla_costmodel.models.export import export_artifact
     from xla_costmodel.models.train import fit
 
-    train = [shared / p for p in LAYOUT_TRAIN]
-    valid = [shared / p for p in LAYOUT_VALID]
+    train = [data / p for p in LAYOUT_TRAIN]
+    valid = [data / p for p in LAYOUT_VALID]
     taus: dict[int, float | None] = {}
     results = {}
     for seed in range(cfg.seed, cfg.seed + LAYOUT_SEEDS):
@@ -200,9 +200,9 @@ def _rewrite_metrics(
 
 
 def run(
-    shared: Annotated[
+    data: Annotated[
         Path, typer.Option(help="The TpuGraphs sample folder.")
-    ] = paths.SHARED_TPUGRAPHS,
+    ] = paths.TPUGRAPHS,
     out: Annotated[
         Path, typer.Option(help="Model repository to write.")
     ] = paths.ARTIFACTS,
@@ -224,7 +224,7 @@ def run(
     console = Console(stderr=True)
     # Relative paths (from the repo root under `make train`) keep machine paths out of
     # the committed manifests.
-    shared = Path(os.path.relpath(existing(shared, "--shared", "TpuGraphs sample")))
+    data = Path(os.path.relpath(existing(data, "--data", "TpuGraphs sample")))
     tables = []
     # The shipped models, each named for its collection, with its recipe.
     builds = (
@@ -234,7 +234,7 @@ def run(
     for name, build, cfg in builds:
         console.rule(name)
         artifact, checkpoint = out / name / version, checkpoints / name / version
-        manifest = build(shared, artifact, checkpoint, runs / name, cfg, console)
+        manifest = build(data, artifact, checkpoint, runs / name, cfg, console)
         size = sum(f.stat().st_size for f in artifact.iterdir())
         ckpt = (checkpoint / CHECKPOINT).stat().st_size
         console.print(

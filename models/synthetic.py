@@ -1,6 +1,6 @@
 """Synthetic TpuGraphs files in the exact real format, of any size (numpy only).
 
-Arrays follow ../shared/tpugraphs/FORMAT.md: the real keys in the real order and dtypes,
+Arrays follow datasets/tpugraphs/FORMAT.md: the real keys in the real order and dtypes,
 edges ``[u, v]`` with u > v sorted lexicographically without duplicates, valid opcode
 ids, ``node_splits`` of shape [1,S], tile normalisers = the runtime of config 0 (the
 "default" config). Everything is vectorised: 50,000 nodes and 100,000 configs take

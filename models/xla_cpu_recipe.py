@@ -482,11 +482,27 @@ def build(
         "metrics": report,
         "targets": sorted(counts),
         "knowledge": KnowledgeFile(
-            file=SEEDS_FILE, sha256=sha256_file(seeds), programs=counts
+            file=SEEDS_FILE,
+            sha256=sha256_file(seeds),
+            programs=counts,
+            compiler=compilers(programs),
         ),
     }
     write_manifest(out, manifest.model_copy(update=update))
     return report
+
+
+def compilers(programs: Sequence[Program]) -> dict[str, str]:
+    """Per target, the jaxlib its programs were collected with (their sidecars'
+    ``versions``; several: all of them, sorted; none recorded: left out)."""
+    found: dict[str, set[str]] = {}
+    for p in programs:
+        sidecar = p.path.with_suffix(".json")
+        side = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+        versions = side.get("versions", {})
+        if "jaxlib" in versions:
+            found.setdefault(p.target, set()).add(f"jaxlib {versions['jaxlib']}")
+    return {t: " / ".join(sorted(v)) for t, v in sorted(found.items())}
 
 
 def write_seeds(programs: Sequence[Program], path: Path) -> Path:

@@ -117,7 +117,13 @@ def revoke(
 
 
 def purge(
-    writer: Annotated[str, typer.Option(help="the writer whose measurements go")],
+    writer: Annotated[
+        str,
+        typer.Option(
+            help="the writer whose measurements go; anonymous: the rows stored "
+            "without a token"
+        ),
+    ],
     database_url: DatabaseUrl = None,
     redis_url: Annotated[
         str | None,
@@ -132,24 +138,29 @@ def purge(
         deleted = store.writers.purge(writer)
     err.print(f"deleted {deleted} measurements of writer {writer!r}")
     if redis_url:
-        _announce(redis_url)
+        _announce(redis_url, database_url)
     typer.echo(deleted)
 
 
-def _announce(url: str) -> None:
-    """Tell the service's processes that measurements changed (generations.py);
-    without it they notice within ``LIVE_TRUST_S``."""
+def _announce(url: str, database_url: str | None) -> None:
+    """Tell the service's processes that measurements changed (generations.py),
+    sealed as they seal (``COSTMODEL_REDIS_HMAC_KEY``, else derived from the
+    database URL, as theirs); without it they notice within ``LIVE_TRUST_S``."""
     import asyncio
 
     from redis.exceptions import RedisError
 
     from xla_costmodel.service.core.generations import LIVE_TRUST_S, announce
-    from xla_costmodel.service.core.redis_store import connect
+    from xla_costmodel.service.core.redis_store import Seal, connect
+
+    given = SecretStr(database_url) if database_url else None
+    settings = Settings(database_url=given) if given else Settings()
+    seal = Seal(settings.redis_seal_key)  # open_store validated these settings
 
     async def run() -> None:
         client = connect(url, 2.0, 2.0)
         try:
-            await announce(client)
+            await announce(client, seal)
         finally:
             await client.aclose()
 

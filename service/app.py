@@ -23,8 +23,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from xla_costmodel.runner import SessionOptions
 from xla_costmodel.service.core.adaptation import Adaptation
 from xla_costmodel.service.core.auth import FeedbackAuth
+from xla_costmodel.service.core.best import BestLookup
 from xla_costmodel.service.core.cache import EmbeddingCache, embedding_memory
+from xla_costmodel.service.core.clients import ClientIds
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.decision_cache import DecisionCache
+from xla_costmodel.service.core.decisions import DecisionRecorder
 from xla_costmodel.service.core.feedback import FeedbackRecorder
 from xla_costmodel.service.core.fleet import FleetGain
 from xla_costmodel.service.core.generations import Generations, is_alone
@@ -35,7 +39,7 @@ from xla_costmodel.service.core.inputs import Limits
 from xla_costmodel.service.core.knowledge import TargetKnowledge
 from xla_costmodel.service.core.ranker import Ranker
 from xla_costmodel.service.core.recent import RecentRankings
-from xla_costmodel.service.core.redis_store import RedisStore, connect
+from xla_costmodel.service.core.redis_store import RedisStore, Seal, connect
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.core.retention import Retention
 from xla_costmodel.service.core.scoring import Scorer
@@ -64,13 +68,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     app.state.metrics = metrics = Metrics()
     redis = None
+    seal = Seal(settings.redis_seal_key)  # what the service reads back from Redis
     if settings.redis_url:
         client = connect(
             settings.redis_url.get_secret_value(),
             settings.redis_timeout_s,
             settings.redis_connect_timeout_s,
         )
-        redis = RedisStore(client, settings.cache_ttl_s, settings.redis_cooldown_s)
+        redis = RedisStore(
+            client, settings.cache_ttl_s, settings.redis_cooldown_s, seal=seal
+        )
     memory = embedding_memory(settings.memory_cache_bytes)
     metrics.watch_memory(lambda: memory.used, lambda: len(memory))
     app.state.cache = cache = EmbeddingCache(memory, redis, metrics)
@@ -101,6 +108,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics,
         freshness_s=settings.freshness_s,
         alone=alone,
+        seal=seal,
     )
     adaptation = Adaptation(
         db,
@@ -115,15 +123,24 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     scorer = Scorer(metrics, settings.inference_workers, settings.score_chunk_rows)
     records = GraphMetaStore(redis, metrics)
-    archive = GraphArchive(db, metrics)
+    archive = GraphArchive(db, metrics, redis)
     graphs = Graphs(limits, cache, records, archive, knowledge, scorer)
     shared = redis if settings.shared_ranking_bytes else None
     recent = RecentRankings(
-        settings.recent_rankings_bytes, shared, metrics, settings.shared_ranking_bytes
+        settings.recent_rankings_bytes,
+        shared,
+        metrics,
+        settings.shared_ranking_bytes,
+        settings.recent_client_bytes,
     )
+    app.state.clients = ClientIds(db)
     shaper = Shaper(adaptation, knowledge, scorer, metrics)
     app.state.ranker = Ranker(registry, graphs, scorer, shaper, recent, limits)
-    quota = Quota(settings.feedback_quota_rows, settings.feedback_quota_window_s)
+    quota = Quota(
+        settings.feedback_quota_rows,
+        settings.feedback_quota_window_s,
+        settings.feedback_quota_graph_bytes,
+    )
     app.state.feedback = FeedbackRecorder(
         registry,
         graphs,
@@ -133,11 +150,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         generations,
         limits,
         metrics,
-        quota if settings.feedback_quota_rows else None,
+        quota if quota.rows or quota.graph_bytes else None,
     )
-    app.state.feedback_auth = FeedbackAuth(
-        db, settings.feedback_tokens_required, metrics
-    )
+    app.state.decisions = DecisionRecorder(registry, db, generations, limits, metrics)
+    app.state.best = BestLookup(registry, db, DecisionCache(generations), metrics)
+    app.state.feedback_auth = FeedbackAuth(db, settings.feedback_auth, metrics)
     retention = Retention(
         db, settings.graph_retention_s, settings.idempotency_retention_s, metrics
     )
@@ -164,7 +181,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 "ready": registry.ready,
                 "redis": bool(redis),
                 "database": db.scheme,
-                "feedback_tokens": settings.feedback_tokens_required,
+                "feedback_auth": settings.feedback_auth,
             },
         )
         yield
@@ -198,6 +215,8 @@ def create_app(settings: Settings, replica: bool = False) -> FastAPI:
         max_inflight=settings.max_inflight,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
+        body_budget_bytes=settings.body_budget_bytes,
+        max_json_bytes=settings.max_json_body_bytes,
     )
     for router in ROUTERS:
         app.include_router(router)

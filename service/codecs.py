@@ -65,6 +65,7 @@ class Params:
     target: str | None = None
     adapt: bool | None = None  # also for JSON bodies: adapt=false in the query wins
     portfolio: bool | None = None
+    compiler: str | None = None
 
 
 def split_names(values: list[str] | None) -> tuple[str, ...] | None:
@@ -209,6 +210,7 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         req.target,
         req.adapt and params.adapt is not False,
         portfolio=req.portfolio,
+        compiler=req.compiler,
     )
 
 
@@ -280,6 +282,7 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
         params.target,
         params.adapt is not False,
         portfolio=params.portfolio is True,
+        compiler=params.compiler,
     )
 
 

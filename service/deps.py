@@ -12,7 +12,10 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from xla_costmodel.service.core.auth import FeedbackAuth
+from xla_costmodel.service.core.auth import Caller, FeedbackAuth
+from xla_costmodel.service.core.best import BestLookup
+from xla_costmodel.service.core.clients import ClientIds
+from xla_costmodel.service.core.decisions import DecisionRecorder
 from xla_costmodel.service.core.feedback import FeedbackRecorder
 from xla_costmodel.service.core.fleet import FleetGain
 from xla_costmodel.service.core.ranker import Ranker
@@ -47,12 +50,22 @@ async def get_fleet(request: Request) -> FleetGain:
     return cast(FleetGain, request.app.state.fleet)
 
 
+async def get_decisions(request: Request) -> DecisionRecorder:
+    return cast(DecisionRecorder, request.app.state.decisions)
+
+
+async def get_best(request: Request) -> BestLookup:
+    return cast(BestLookup, request.app.state.best)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 RankerDep = Annotated[Ranker, Depends(get_ranker)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 FeedbackDep = Annotated[FeedbackRecorder, Depends(get_feedback)]
 FleetDep = Annotated[FleetGain, Depends(get_fleet)]
+DecisionsDep = Annotated[DecisionRecorder, Depends(get_decisions)]
+BestDep = Annotated[BestLookup, Depends(get_best)]
 
 _bearer = HTTPBearer(auto_error=False, description="COSTMODEL_ADMIN_TOKEN")
 
@@ -76,19 +89,42 @@ AdminDep = Annotated[None, Depends(require_admin)]
 _writer_bearer = HTTPBearer(
     auto_error=False,
     scheme_name="WriterToken",
-    description="a writer's token (costmodel tokens create); feedback only",
+    description="a writer's token (costmodel tokens create); feedback and "
+    "decisions only",
 )
 
 
 async def get_writer(
     request: Request,
-    credentials: Annotated[
-        HTTPAuthorizationCredentials | None, Depends(_writer_bearer)
-    ],
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_writer_bearer)],
 ) -> Writer | None:
-    """The feedback request's writer: 401 without a valid token where one is needed."""
+    """The feedback (or decision) request's writer: 401 without a valid token
+    where one is needed.
+
+    The header is judged by the core, not ``HTTPBearer`` (declared for the OpenAPI
+    schema): that one reads ``Token x`` or ``Basic ...`` as no header at all."""
     auth = cast(FeedbackAuth, request.app.state.feedback_auth)
-    return await auth.writer(None if credentials is None else credentials.credentials)
+    sent = request.headers.getlist("authorization")
+    if len(sent) > 1:
+        raise Unauthorized("send one Authorization header", "Authorization")
+    server = request.scope.get("server")
+    caller = Caller(
+        sent[0] if sent else None,
+        server[1] if server and isinstance(server[1], int) else None,
+        request.headers.get("host"),
+    )
+    return await auth.writer(caller)
 
 
 WriterDep = Annotated[Writer | None, Depends(get_writer)]
+
+
+async def get_client(request: Request) -> str:
+    """The rank request's client, for per-client budgets (``core/clients.py``)."""
+    ids = cast(ClientIds, request.app.state.clients)
+    peer = request.client
+    authorization = request.headers.get("authorization")
+    return await ids.of(authorization, None if peer is None else peer.host)
+
+
+ClientDep = Annotated[str, Depends(get_client)]

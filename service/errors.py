@@ -8,8 +8,11 @@
     ├── PayloadTooLarge              413 payload_too_large
     ├── ModelNotFound                404 model_not_found
     ├── GraphNotFound                404 graph_not_found: upload the graph, then retry
+    ├── NoDecision                   404 no_decision: no servable decision for the graph
     ├── GraphMetadataNotFound        409 graph_metadata_not_found: raw layout configs
-    │                                    need the graph's node record; re-send the graph
+    │   │                                need the graph's node record; re-send the graph
+    │   └── GraphMetadataAmbiguous       graph_metadata_ambiguous: uploads named its
+    │                                    nodes differently; send the module inline
     ├── VersionNotLoaded             409 model_version_not_loaded
     ├── RankingNotFound              409 ranking_not_found: no remembered rank request
     ├── ReloadFailed                 409 reload_failed: the old version keeps serving
@@ -20,7 +23,9 @@
     └── Unavailable                  503 + Retry-After
         ├── NotReady                     not_ready: a model is not loaded (yet)
         ├── Overloaded                   overloaded: too many requests in flight
-        └── FeedbackUnavailable          feedback_unavailable: the database cannot store it
+        ├── FeedbackUnavailable          feedback_unavailable: the database cannot store it
+        └── DecisionsUnavailable         decisions_unavailable: the database cannot
+                                             store or read tuning decisions
 
 Domain code raises these and knows nothing of HTTP; ``xla_costmodel.service.app`` installs the
 handlers that call ``http_error``. Anything else that escapes becomes 500 ``internal``.
@@ -73,8 +78,19 @@ class GraphNotFound(ServiceError):
     code = "graph_not_found"
 
 
+class NoDecision(ServiceError):
+    code = "no_decision"
+
+
 class GraphMetadataNotFound(ServiceError):
     code = "graph_metadata_not_found"
+
+
+class GraphMetadataAmbiguous(GraphMetadataNotFound):
+    """Several uploads of the graph named its instructions differently: by id alone,
+    which names a raw config means is unknown (never the last upload's guess)."""
+
+    code = "graph_metadata_ambiguous"
 
 
 class VersionNotLoaded(ServiceError):
@@ -127,6 +143,11 @@ class FeedbackUnavailable(Unavailable):
     retry_after_s = 5
 
 
+class DecisionsUnavailable(Unavailable):
+    code = "decisions_unavailable"
+    retry_after_s = 5
+
+
 # The one table: error class -> HTTP status. Subclasses inherit their parent's row.
 HTTP_STATUS: dict[type[ServiceError], int] = {
     InvalidRequest: 422,
@@ -136,6 +157,7 @@ HTTP_STATUS: dict[type[ServiceError], int] = {
     PayloadTooLarge: 413,
     ModelNotFound: 404,
     GraphNotFound: 404,
+    NoDecision: 404,
     GraphMetadataNotFound: 409,
     VersionNotLoaded: 409,
     RankingNotFound: 409,

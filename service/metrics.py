@@ -28,6 +28,7 @@ from prometheus_client import (
 )
 
 from xla_costmodel.runner import ArtifactRunner
+from xla_costmodel.service.core.decisions import REUSE
 from xla_costmodel.service.core.feedback import Quality
 from xla_costmodel.service.core.fleet import FleetSnapshot
 from xla_costmodel.service.core.tiered import Level
@@ -53,6 +54,10 @@ LATENCY_BUCKETS = (
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 50_000)
 # Workers sample their RSS on cache events at most this often (a /proc read).
 RSS_SAMPLE_S = 1.0
+# Target labels of the decision metrics come from clients: a process names the
+# first this many targets it counts, the rest are counted as "other" (bounded series).
+TARGET_LABELS = 64
+OTHER_TARGET = "other"
 
 
 def multiprocess_dir() -> str | None:
@@ -140,6 +145,13 @@ class Metrics:
             "costmodel_cache_bypassed",
             "Lookups that skipped Redis during its cooldown.",
             ["level"],
+            registry=r,
+        )
+        self.redis_integrity_failures = Counter(
+            "costmodel_redis_integrity_failures",
+            "Redis values and messages whose seal did not verify (each one a miss, "
+            "or a message dropped): someone else than the service wrote them.",
+            ["kind"],
             registry=r,
         )
         # Workers: the sum over live ones, each as of its latest cache lookup.
@@ -294,6 +306,26 @@ class Metrics:
             "Statements sent to the measurement database.",
             registry=r,
         )
+        self.decisions = Counter(
+            "costmodel_decisions",
+            "Tuning decisions stored (committed) by POST /v1/decisions.",
+            ["target"],
+            registry=r,
+        )
+        self.best_lookups = Counter(
+            "costmodel_best_lookups",
+            "GET /v1/best answers: hit (a decision under the asked compiler, or "
+            "none asked), stale (only under another compiler), miss (none: 404).",
+            ["target", "result"],
+            registry=r,
+        )
+        self.reuses = Counter(
+            "costmodel_reuses",
+            "Decisions stored with strategy reuse: a tuner took GET /v1/best's answer.",
+            ["target"],
+            registry=r,
+        )
+        self._targets: set[str] = set()
         self._loaded: dict[str, list[tuple[str, str, str]]] = {}
         self._memory: tuple[Callable[[], float], Callable[[], float]] | None = None
         self._ready: Callable[[], bool] | None = None
@@ -370,6 +402,9 @@ class Metrics:
     def cache_bypass(self, level: Level) -> None:
         self.cache_bypassed.labels(level).inc()
 
+    def redis_integrity_failure(self, kind: str) -> None:
+        self.redis_integrity_failures.labels(kind).inc()
+
     # xla_costmodel.service.core.scoring.StageEvents
     def encoded(self, model: str, seconds: float) -> None:
         self.encode_seconds.labels(model).observe(seconds)
@@ -423,6 +458,22 @@ class Metrics:
     # xla_costmodel.service.store.engine.StatementCounter.listen
     def db_statement(self) -> None:
         self.db_statements.inc()
+
+    # xla_costmodel.service.core.decisions.DecisionEvents, core.best.BestEvents
+    def decision_stored(self, target: str, strategy: str) -> None:
+        label = self._target(target)
+        self.decisions.labels(label).inc()
+        if strategy == REUSE:
+            self.reuses.labels(label).inc()
+
+    def best_lookup(self, target: str, result: str) -> None:
+        self.best_lookups.labels(self._target(target), result).inc()
+
+    def _target(self, target: str) -> str:
+        if target in self._targets or len(self._targets) < TARGET_LABELS:
+            self._targets.add(target)
+            return target
+        return OTHER_TARGET
 
     # xla_costmodel.service.core.feedback.FeedbackEvents
     def feedback_stored(

@@ -7,6 +7,13 @@ A ``/v1`` request's body is read whole, within ``body_timeout_s`` and
 them) holds a connection, never a slot that ranking needs. Too slow is 408
 ``request_timeout`` (counted in ``costmodel_body_timeouts``), too big 413; the route
 then reads the buffered body as if from the socket.
+
+Buffering itself is bounded: the bodies held at once (read, or being read, until
+their answer is sent) may not pass ``body_budget_bytes``. A body declared by
+``Content-Length`` reserves its size before a byte is read; a chunked one reserves as
+it arrives. Past the budget: 503 ``overloaded`` with Retry-After, so 64 connections
+of 63 MB cost 256 MiB, not 4 GB. A JSON body may not pass ``max_json_bytes`` (well
+below the npz limit): decoding JSON numbers costs ~10x the text in Python objects.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Health and metrics are never refused and logged at debug level only.
 _LIMITED_PREFIX = "/v1/"
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+_JSON = "application/json"
 
 
 def _request_id(scope: Scope) -> str:
@@ -63,12 +71,17 @@ class RequestContext:
         max_inflight: int,
         max_body_bytes: int = 64 << 20,
         body_timeout_s: float = 30.0,
+        body_budget_bytes: int = 256 << 20,
+        max_json_bytes: int = 16 << 20,
     ) -> None:
         self.app = app
         self.max_inflight = max_inflight
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
+        self.body_budget_bytes = body_budget_bytes
+        self.max_json_bytes = max_json_bytes
         self._inflight = 0
+        self._buffered = 0  # bytes reserved by the bodies held now
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -91,10 +104,11 @@ class RequestContext:
         if metrics is not None:
             metrics.inflight.inc()
         holds = False  # an in-flight slot, taken once the body is in
+        reserved = _Reserved()  # budget bytes this request's body holds
         try:
             if limited and scope["method"] in _WITH_BODY:
                 try:
-                    body = await self._body(scope, receive)
+                    body = await self._body(scope, receive, reserved)
                 except ServiceError as refused:
                     if isinstance(refused, RequestTimeout) and metrics is not None:
                         metrics.body_timeouts.inc()
@@ -119,18 +133,24 @@ class RequestContext:
                 )
         finally:
             self._inflight -= int(holds)
+            self._buffered -= reserved.bytes
             status = 500 if sent.status is None else sent.status
             self._record(scope, metrics, status, time.perf_counter() - started)
             request_id.reset(token)
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body (None if the client disconnected), or 413/408."""
+    async def _body(
+        self, scope: Scope, receive: Receive, reserved: _Reserved
+    ) -> bytes | None:
+        """The whole body (None if the client disconnected), or 413/408/503."""
+        declared, limit, what = None, self.max_body_bytes, "body"
         for name, value in scope["headers"]:
-            too_big = value.isdigit() and int(value) > self.max_body_bytes
-            if name == b"content-length" and too_big:
-                raise PayloadTooLarge(
-                    f"body larger than {self.max_body_bytes} bytes", "body"
-                )
+            if name == b"content-length" and value.isdigit():
+                declared = int(value)
+            elif name == b"content-type" and _is_json(value):
+                limit, what = min(limit, self.max_json_bytes), "JSON body"
+        if declared is not None and declared > limit:
+            raise _too_large(what, limit)
+        self._reserve(reserved, declared or 0)
         chunks: list[bytes] = []
         total = 0
         with anyio.move_on_after(self.body_timeout_s):
@@ -140,10 +160,9 @@ class RequestContext:
                     return None
                 chunk = message.get("body", b"")
                 total += len(chunk)
-                if total > self.max_body_bytes:
-                    raise PayloadTooLarge(
-                        f"body larger than {self.max_body_bytes} bytes", "body"
-                    )
+                if total > limit:
+                    raise _too_large(what, limit)
+                self._reserve(reserved, total)  # chunked: as the bytes arrive
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     return b"".join(chunks)
@@ -152,6 +171,20 @@ class RequestContext:
             "(COSTMODEL_BODY_TIMEOUT_S)",
             "body",
         )
+
+    def _reserve(self, reserved: _Reserved, size: int) -> None:
+        """Hold ``size`` bytes of the budget for this body (what it holds already
+        counts), or 503 if the bodies buffered now leave no room for it."""
+        more = size - reserved.bytes
+        if more <= 0:
+            return
+        if self._buffered + more > self.body_budget_bytes:
+            raise Overloaded(
+                f"{self._buffered} bytes of request bodies are buffered; this one "
+                f"needs {size} of a budget of {self.body_budget_bytes}: retry later"
+            )
+        self._buffered += more
+        reserved.bytes = size
 
     def _record(
         self, scope: Scope, metrics: Metrics | None, status: int, seconds: float
@@ -178,6 +211,25 @@ class RequestContext:
                 "model": model,
             },
         )
+
+
+@dataclass
+class _Reserved:
+    bytes: int = 0
+
+
+def _is_json(content_type: bytes) -> bool:
+    return content_type.split(b";", 1)[0].strip().lower() == _JSON.encode()
+
+
+def _too_large(what: str, limit: int) -> PayloadTooLarge:
+    if what == "body":
+        return PayloadTooLarge(f"body larger than {limit} bytes", "body")
+    return PayloadTooLarge(
+        f"JSON body larger than {limit} bytes (COSTMODEL_MAX_JSON_BODY_BYTES): send "
+        "big batches as application/x-npz, which is also ~10x cheaper to decode",
+        "body",
+    )
 
 
 def _model_label(scope: Scope, model: str) -> str:

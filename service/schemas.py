@@ -11,7 +11,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    WithJsonSchema,
+)
 from pydantic.config import JsonDict, JsonValue
 
 from xla_costmodel.tpugraphs.collections import COLLECTIONS
@@ -22,6 +29,17 @@ RANKING_ID = r"^[0-9a-f]{32}$"
 VERSION = r"^[0-9]+$"
 TARGET = (
     r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"  # xla_costmodel.manifest.TARGET_PATTERN
+)
+# A compiler build as a tuner names it ("jax 0.4.31 / xla 1b2c3d"): printable, no
+# control characters (it is logged and stored).
+COMPILER = r"^[^\x00-\x1f\x7f]{1,128}$"
+_COMPILER_DOC = (
+    "the compiler build the runtimes were measured under (free text, e.g. "
+    "jax/jaxlib versions and the XLA commit); null or absent: unknown"
+)
+_RANK_COMPILER_DOC = (
+    "the compiler build the configs will run under: measurements of another count "
+    "less and never dominate; null or absent: that of the target's newest rows"
 )
 _TARGET_DOC = (
     "the hardware the runtimes are (to be) measured on, e.g. tpu-v3; default: the "
@@ -250,6 +268,7 @@ class RankIn(StrictWire):
     raw_configs: RawConfigsDoc | None = None
     top_k: TopK | None = Field(None, description="default: all configs")
     target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
+    compiler: str | None = Field(None, pattern=COMPILER, description=_RANK_COMPILER_DOC)
     adapt: bool = Field(True, description=_ADAPT_DOC)
     portfolio: bool = Field(
         False,
@@ -390,6 +409,7 @@ class FeedbackIn(StrictWire):
     )
     runtimes_ns: RuntimesNs
     target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
+    compiler: str | None = Field(None, pattern=COMPILER, description=_COMPILER_DOC)
 
 
 class FeedbackOut(Wire):
@@ -424,6 +444,168 @@ class FeedbackOut(Wire):
         description="runtime of the best-scored config / the fastest one - 1 "
         "(0 = the model picked a fastest); null with fewer than 2 distinct runtimes"
     )
+
+
+_DECISION_ROWS = {
+    "oneOf": [
+        {"type": "array", "items": _FLOAT32, "minItems": 1},
+        {
+            "type": "array",
+            "items": {"type": "array", "items": _FLOAT32, "minItems": 1},
+            "minItems": 1,
+        },
+    ]
+}
+DecisionConfig = Annotated[
+    list[Any],
+    _doc(
+        _DECISION_ROWS,
+        "the kept config as one row of the model's collection ("
+        + "; ".join(
+            f"{c.name}: [{'NC,' if c.per_node else ''}{c.width}]"
+            for c in COLLECTIONS.values()
+        )
+        + "); the default row when the default was kept",
+    ),
+]
+OptionName = Annotated[str, Field(min_length=1, max_length=200)]
+MAX_OPTION_CHARS = 4096
+
+
+def _option(value: Any) -> str | bool | int | float:
+    """A compiler option's value; one validator, not a union, so that a refusal
+    names the option (``compiler_options.<name>``), not a union member."""
+    if isinstance(value, bool | int) or (
+        isinstance(value, float) and np.isfinite(value)
+    ):
+        return value
+    if isinstance(value, str) and len(value) <= MAX_OPTION_CHARS:
+        return value
+    raise ValueError(
+        f"expected a string (at most {MAX_OPTION_CHARS} characters), a finite "
+        "number or a boolean"
+    )
+
+
+OptionValue = Annotated[
+    Any,
+    PlainValidator(_option),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": MAX_OPTION_CHARS},
+                {"type": "number"},
+                {"type": "boolean"},
+            ]
+        }
+    ),
+]
+Speedup = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_EXAMPLE_DECISION: JsonDict = {
+    "model": "xla_cpu",
+    "target": "cpu-x86",
+    "compiler": "jax 0.4.31",
+    "graph_id": "0" * 64,
+    "config": [0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0],
+    "compiler_options": {"xla_cpu_enable_fast_math": True},
+    "speedup": 1.21,
+    "speedup_low": 1.12,
+    "speedup_high": 1.3,
+    "p_value": 0.004,
+    "pairs": 20,
+    "budget": 64,
+    "strategy": "model",
+    "kept_default": False,
+}
+
+
+class DecisionIn(StrictWire):
+    """What a tuner kept for one program: the config and the compiler options it
+    stands for, with the measured speedup over the default and its bounds."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_EXAMPLE_DECISION]})
+    model: str = Field(min_length=1, max_length=64)
+    model_version: str | None = Field(None, pattern=VERSION)
+    target: str | None = Field(None, pattern=TARGET, description=_TARGET_DOC)
+    compiler: str | None = Field(
+        None,
+        pattern=COMPILER,
+        description="the compiler build the decision was measured under; null: unknown",
+    )
+    graph_id: str = Field(pattern=HEX64)
+    hlo_fingerprint: str | None = Field(
+        None,
+        pattern=HEX64,
+        description="sha256 of the program's HLO text without metadata "
+        "(tpugraphs.graph_id.hlo_fingerprint): GET /v1/best finds the decision by it",
+    )
+    config: DecisionConfig
+    compiler_options: dict[OptionName, OptionValue] = Field(
+        max_length=256,
+        description="what the config means to the compiler (flag -> value); {} "
+        "for a kept default",
+    )
+    speedup: Speedup = Field(description="default runtime / kept runtime")
+    speedup_low: Speedup = Field(
+        description="the lower confidence bound of the speedup (<= speedup): what "
+        "GET /v1/best ranks decisions by"
+    )
+    speedup_high: Speedup | None = Field(None, description="upper bound, >= speedup")
+    p_value: float | None = Field(
+        None, ge=0, le=1, description="that the kept config is no faster"
+    )
+    pairs: JsonInt = Field(ge=0, le=2**31 - 1, description="paired measurements")
+    budget: JsonInt = Field(ge=0, le=2**31 - 1, description="measurements allowed")
+    strategy: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,15}$",
+        description="how the config was found: model, random, reuse (taken from "
+        "GET /v1/best), ...",
+    )
+    kept_default: bool = Field(
+        description="tuning kept the compiler's default (config: the default row)"
+    )
+
+
+class DecisionOut(Wire):
+    stored: bool = Field(
+        description="false: a resend with the same Idempotency-Key, answered with "
+        "the first answer and stored once"
+    )
+    decision_id: int
+    graph_id: str
+    target: str
+    compiler: str | None
+    model: str
+    model_version: str
+
+
+class BestOut(Wire):
+    """The decision to reuse for a program (``service/core/best.py``)."""
+
+    graph_id: str
+    target: str
+    config: list[Any] = Field(description="the kept row ([width] or [NC,width])")
+    compiler_options: dict[str, str | bool | int | float] = Field(
+        description="{} where the tuning kept the default"
+    )
+    speedup: float
+    speedup_low: float
+    p_value: float | None
+    writers: int = Field(
+        ge=1,
+        description="distinct writers that decided this config under this compiler "
+        "(anonymous decisions count as one)",
+    )
+    decided_at: datetime = Field(description="when the answered decision was stored")
+    compiler: str | None = Field(description="the decision's compiler")
+    stale: bool = Field(
+        description="decided under another compiler than the one asked (none was "
+        "decided under it); false when none was asked"
+    )
+    model: str = Field(description="the model of the answered decision")
+    kept_default: bool
+    pairs: int
+    strategy: str
 
 
 class TensorSpecOut(Wire):
@@ -465,6 +647,7 @@ class TargetOut(Wire):
         ge=0, description="graphs whose default config was measured: the gain's"
     )
     measurements: int = Field(ge=0, description="measured runtimes stored")
+    decisions: int = Field(0, ge=0, description="tuning decisions stored")
     gain: float | None = Field(
         description="geometric mean over the tuned graphs of the default config's "
         "runtime / the best measured (a speedup, >= 1); null: no tuned graph"
@@ -518,11 +701,13 @@ class ErrorOut(Wire):
 
 _ERRORS = {
     400: "malformed_body: the JSON or npz cannot be parsed",
-    401: "unauthorized: no bearer token, or (feedback) an unknown or revoked one",
+    401: "unauthorized: no bearer token, or (feedback, decisions) an unknown or "
+    "revoked one",
     403: "forbidden: wrong admin token, the admin API is disabled, or (feedback, "
-    "field target) a writer token not good for the target",
+    "decisions; field target) a writer token not good for the target",
     408: "request_timeout: the body did not arrive within COSTMODEL_BODY_TIMEOUT_S",
-    404: "model_not_found or graph_not_found (upload the graph, then retry)",
+    404: "model_not_found, graph_not_found (upload the graph, then retry), or "
+    "no_decision (GET /v1/best: no decision qualifies)",
     409: "model_version_not_loaded, reload_failed (the old version keeps serving), or "
     "ranking_not_found (feedback by config_indices: send configs instead), or "
     "graph_metadata_not_found (raw layout configs: re-send the graph)",
@@ -530,8 +715,8 @@ _ERRORS = {
     415: "unsupported_media_type",
     422: "invalid_request: the field names the offending input",
     429: "quota_exceeded: the writer stored its quota of measurements; see Retry-After",
-    503: "not_ready, overloaded or feedback_unavailable (nothing stored); "
-    "see Retry-After",
+    503: "not_ready, overloaded, feedback_unavailable or decisions_unavailable "
+    "(nothing stored); see Retry-After",
 }
 
 
@@ -605,7 +790,7 @@ def json_only_body(json_model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-BODY_MODELS: tuple[type[BaseModel], ...] = (GraphIn, RankIn, FeedbackIn)
+BODY_MODELS: tuple[type[BaseModel], ...] = (GraphIn, RankIn, FeedbackIn, DecisionIn)
 
 
 class RankQuery(BaseModel):
@@ -623,6 +808,7 @@ class RankQuery(BaseModel):
     top_k: int | None = Field(None, ge=1, description="npz bodies")
     model_version: str | None = Field(None, pattern=VERSION, description="npz bodies")
     target: str | None = Field(None, pattern=TARGET, description="npz bodies")
+    compiler: str | None = Field(None, pattern=COMPILER, description="npz bodies")
     adapt: bool | None = Field(
         None, description="false: the model's prior alone (any body)"
     )

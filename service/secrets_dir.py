@@ -26,7 +26,12 @@ from pathlib import Path
 SECRETS_DIR_ENV = "COSTMODEL_SECRETS_DIR"
 # Settings fields that are secrets (SecretStr): their variables never go to Ray.
 SECRET_ENV = frozenset(
-    {"COSTMODEL_ADMIN_TOKEN", "COSTMODEL_DATABASE_URL", "COSTMODEL_REDIS_URL"}
+    {
+        "COSTMODEL_ADMIN_TOKEN",
+        "COSTMODEL_DATABASE_URL",
+        "COSTMODEL_REDIS_URL",
+        "COSTMODEL_REDIS_HMAC_KEY",
+    }
 )
 
 

@@ -6,16 +6,18 @@ import time.
 
 from __future__ import annotations
 
-import ipaddress
+import hmac
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from xla_costmodel import shipped_models
+from xla_costmodel.service.core.binding import is_loopback
 
 MiB = 1 << 20
 
@@ -61,6 +63,13 @@ class Settings(BaseSettings):
         default=2.0, ge=0, description="after a Redis failure, skip Redis for this long"
     )
     cache_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+    redis_hmac_key: SecretStr | None = Field(
+        default=None,
+        description="seals every value and message the service keeps in Redis "
+        "(HMAC-SHA256), so a Redis client cannot forge them; unset: derived from "
+        "the database URL's password, else from the data directory (no secret); "
+        "required with Redis when feedback_auth is token (docs/security.md)",
+    )
     memory_cache_bytes: int = Field(default=256 * MiB, ge=0)
 
     # onnxruntime: threads per session, and how many runs may execute at once.
@@ -80,6 +89,18 @@ class Settings(BaseSettings):
 
     # Request limits.
     max_body_bytes: int = Field(default=64 * MiB, ge=1024)
+    max_json_body_bytes: int = Field(
+        default=16 * MiB,
+        ge=1024,
+        description="a JSON body (its numbers decode to ~10x the text in Python "
+        "objects); bigger batches go as application/x-npz",
+    )
+    body_budget_bytes: int = Field(
+        default=256 * MiB,
+        ge=1024,
+        description="request bodies buffered at once per process (declared sizes "
+        "reserved before reading); past it 503 overloaded + Retry-After",
+    )
     max_decoded_bytes: int = Field(
         default=512 * MiB, ge=1024, description="uncompressed size of an npz body"
     )
@@ -141,13 +162,20 @@ class Settings(BaseSettings):
     knowledge_max_rows: int = Field(
         default=200_000,
         ge=1,
-        description="newest measurements of a target its knowledge is fitted on",
+        description="newest measurements of each writer on a target its knowledge is "
+        "fitted on",
     )
     recent_rankings_bytes: int = Field(
         default=64 * MiB,
         ge=0,
         description="per process, best-effort: the configs and scores of recent rank "
         "requests, so feedback may name configs by index",
+    )
+    recent_client_bytes: int = Field(
+        default=16 * MiB,
+        ge=1,
+        description="of recent_rankings_bytes, what one client (its writer token, "
+        "else its address) may hold: its churn evicts its own rankings, not others'",
     )
     shared_ranking_bytes: int = Field(
         default=8 * MiB,
@@ -183,6 +211,12 @@ class Settings(BaseSettings):
         "it); 0: no quota",
     )
     feedback_quota_window_s: int = Field(default=3600, ge=1)
+    feedback_quota_graph_bytes: int = Field(
+        default=1024 * MiB,
+        ge=0,
+        description="compressed bytes of graphs one writer's feedback may archive "
+        "per quota window (429 past it); 0: no cap",
+    )
 
     # The fleet's tuning gain (/metrics, GET /v1/targets): read from the database
     # every fleet_refresh_s by each worker, off the request path; at most
@@ -203,10 +237,49 @@ class Settings(BaseSettings):
 
     @property
     def feedback_tokens_required(self) -> bool:
-        """Whether feedback needs a writer token (``auto``: unless loopback only)."""
+        """Whether feedback needs a writer token, judging ``auto`` by ``host``: for
+        launchers that bind exactly that host themselves (Ray Serve's proxy). The
+        service itself judges ``auto`` by the sockets it listens on
+        (``core/auth.py``), whatever ``host`` says."""
         if self.feedback_auth != "auto":
             return self.feedback_auth == "token"
         return not is_loopback(self.host)
+
+    @property
+    def redis_seal_key(self) -> bytes:
+        """The key of the Redis seals (``core/redis_store.Seal``): every process of
+        a deployment derives the same one, a Redis client alone cannot."""
+        if self.redis_hmac_key is not None:
+            return self.redis_hmac_key.get_secret_value().encode()
+        if self._database_password() is not None:
+            # The URL's password is a secret every replica shares: the key is a
+            # one-way function of the whole URL, so Redis never learns it.
+            assert self.database_url is not None
+            secret = self.database_url.get_secret_value()
+        else:
+            secret = str(self.data_dir.resolve())  # one host's workers; no secret
+        return hmac.digest(secret.encode(), b"costmodel redis seal v1", "sha256")
+
+    def _database_password(self) -> str | None:
+        if self.database_url is None:
+            return None
+        return urlsplit(self.database_url.get_secret_value()).password or None
+
+    @model_validator(mode="after")
+    def _redis_sealed_with_a_secret(self) -> Settings:
+        """Where writers need tokens, forging Redis values must need more than the
+        Redis password: a key of its own, or the database's password."""
+        if (
+            self.feedback_auth == "token"
+            and self.redis_url is not None
+            and self.redis_hmac_key is None
+            and self._database_password() is None
+        ):
+            raise ValueError(
+                "with Redis and COSTMODEL_FEEDBACK_AUTH=token, set "
+                "COSTMODEL_REDIS_HMAC_KEY (or a database URL with a password)"
+            )
+        return self
 
     @field_validator("database_url")
     @classmethod
@@ -222,7 +295,9 @@ class Settings(BaseSettings):
             raise ValueError("expected redis://, rediss:// or unix://")
         return value
 
-    @field_validator("redis_url", "admin_token", "database_url", mode="before")
+    @field_validator(
+        "redis_url", "admin_token", "database_url", "redis_hmac_key", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         """An empty ``COSTMODEL_REDIS_URL`` means no Redis; an empty token, no admin
@@ -250,13 +325,3 @@ class Settings(BaseSettings):
 
 _DATABASE = re.compile(r"^(sqlite|postgresql|postgres)(\+[a-z0-9]+)?://")
 _REDIS = re.compile(r"^(redis|rediss|unix)://")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address reaches this machine only (``localhost``, 127/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel import shipped_models
-from xla_costmodel.bench.data import shared_root
+from xla_costmodel.bench.data import tpugraphs_root
 from xla_costmodel.manifest import list_versions
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.tpugraphs import adapt
@@ -392,7 +392,7 @@ def repeat_tau(g: Labelled) -> float:
 
 def timing() -> dict[str, Any]:
     """fit on 2,000 synthetic 62-node layout configs; score 1,000 (medians)."""
-    s = load_npz(shared_root() / HEADLINE)
+    s = load_npz(tpugraphs_root() / HEADLINE)
     rng = np.random.default_rng(0)
     c, n, nc = s.configs, 2000, s.configs.shape[1]
     base = c[rng.integers(0, len(c), n)]
@@ -432,7 +432,7 @@ def _median_ms(call: Callable[[], object], repeats: int) -> float:
 def run() -> dict[str, Any]:
     t0 = time.perf_counter()
     models = runners()
-    graphs = load_graphs(shared_root(), models)
+    graphs = load_graphs(tpugraphs_root(), models)
     per_graph = {g.name: evaluate_graph(g) for g in graphs}
     summary = summarise(per_graph, graphs)
     return {

@@ -279,14 +279,14 @@ def learning(
     ] = DEFAULT_OUT,
 ) -> None:
     """Measure per-graph adaptation end to end (real service, client and replay)."""
-    from xla_costmodel.bench.data import shared_root
+    from xla_costmodel.bench.data import tpugraphs_root
 
     plan = PLANS["quick" if quick else "full"]
 
     def log(message: str) -> None:
         print(f"[learning] {message}", file=sys.stderr, flush=True)
 
-    result = run(plan, shared_root(), log)
+    result = run(plan, tpugraphs_root(), log)
     stem = "learning_curve" if plan.mode == "full" else f"learning_curve_{plan.mode}"
     out = out.resolve()
     result["plot"] = str(plot(result, out / f"{stem}.png"))

@@ -1,11 +1,16 @@
 """``python -m xla_costmodel.studies.real_fleet``: real programs tuned one after
-another against one fresh service, against random search and the best fixed set.
+another at several budgets, against random search and the best fixed set.
 
-1. ``costmodel serve`` starts with the shipped models and an empty database.
-2. Each program of ``examples/fleet_programs.py`` (``NAMES``, in order) is tuned with
-   ``costmodel tune FILE:NAME --budget 8 --json`` (strategy model: its feedback is
-   what the next programs learn from), then with ``--strategy random`` (seeded per
-   program; it never talks to the service).
+``--strategies`` (default ``STRATEGIES``: model@2, model@4, model@8, random@8,
+random@16) are run one after another, each over every program of
+``examples/fleet_programs.py`` (``NAMES``, in order; ``--programs N``: the first N):
+
+1. ``model@K``: a fresh ``costmodel serve`` (the shipped models, an empty database,
+   its own data directory: no strategy learns from another's feedback), then
+   ``costmodel tune FILE:NAME --budget K --no-reuse --json`` per program (the
+   feedback of each is what the next programs learn from).
+2. ``random@K``: ``--strategy random`` (seeded per program; it never talks to the
+   service).
 3. The best fixed option set is chosen on the training data only: the option set with
    the best geometric-mean runtime over this CPU's collected programs
    (``datasets/xla_cpu/<target>/``; the default where this CPU was not collected).
@@ -13,12 +18,16 @@ another against one fresh service, against random search and the best fixed set.
    copies of the default, all of them in shuffled round-robin rounds (``measure.py``:
    min per round, median over rounds): speedup = default / choice.
 
-Writes ``studies/results/real_fleet.json`` and prints a Markdown table. Wall time
-on a 2-core machine: a few minutes. Measure on a quiet machine.
+Per strategy: the geometric-mean speedup, the worst program, the tuner's wall time
+(each ``costmodel tune`` process, start to end) and the pairs its decisions spent.
+Writes ``--out`` (default ``studies/results/real_fleet.json``) and prints a Markdown
+table. Wall time on a 2-core machine: about 20 minutes for the 12 programs and the
+five strategies. Measure on a quiet machine.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -26,11 +35,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
 from xla_costmodel import paths
@@ -39,12 +47,13 @@ from xla_costmodel.clients.xla.measure import TimingProtocol, measure
 from xla_costmodel.clients.xla.tune_cli import load_program, short
 from xla_costmodel.models import xla_cpu_recipe as recipe
 from xla_costmodel.procs import ServiceServer
-from xla_costmodel.studies.fleet import geomean
+from xla_costmodel.studies.fleet_report import geomean
 from xla_costmodel.tpugraphs import machine, xla_cpu
 
 PROGRAMS = Path("examples/fleet_programs.py")  # from the repository root
 OUT = Path("studies/results/real_fleet.json")
 BUDGET = 8
+STRATEGIES = ("model@2", "model@4", "model@8", "random@8", "random@16")
 CHECK = TimingProtocol(runs=3, min_rounds=7, max_rounds=7, budget_s=60.0)
 COMMAND = [sys.executable, "-c", "from xla_costmodel.cli import main; main()"]
 
@@ -56,6 +65,14 @@ def names() -> list[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return list(module.NAMES)
+
+
+def strategy(name: str) -> tuple[str, int]:
+    """``model@4`` -> ("model", 4)."""
+    kind, _, budget = name.partition("@")
+    if kind not in ("model", "random") or not budget.isdigit() or int(budget) < 1:
+        raise ValueError(f"a strategy is model@K or random@K, not {name!r}")
+    return kind, int(budget)
 
 
 def fixed_options(target: str) -> dict[str, Any]:
@@ -76,7 +93,15 @@ def serve(workdir: Path) -> ServiceServer:
     return ServiceServer(workdir, env, argv=[*COMMAND, "serve"])
 
 
-def tune(name: str, url: str, strategy: str, seed: int, cache: Path) -> dict[str, Any]:
+def tune(
+    name: str,
+    url: str,
+    kind: str,
+    seed: int,
+    cache: Path,
+    budget: int = BUDGET,
+) -> dict[str, Any]:
+    """One ``costmodel tune`` process; its report, with ``wall_s`` added."""
     argv = [
         *COMMAND,
         "tune",
@@ -84,16 +109,20 @@ def tune(name: str, url: str, strategy: str, seed: int, cache: Path) -> dict[str
         "--server",
         url,
         "--budget",
-        str(BUDGET),
+        str(budget),
         "--strategy",
-        strategy,
+        kind,
         "--seed",
         str(seed),
+        "--no-reuse",  # every strategy searches: a stored decision is not its own
         "--json",
     ]
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
-    return dict(json.loads(done.stdout))
+    out = dict(json.loads(done.stdout))
+    out["wall_s"] = time.monotonic() - started
+    return out
 
 
 def timed_call(jax: Any, executable: Any, args: Any) -> Callable[[], object]:
@@ -123,79 +152,96 @@ def remeasure(
     }
 
 
-def main() -> None:
+def run_strategy(
+    name: str, programs: Sequence[str], workdir: Path, log: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
+    """Every program tuned by strategy ``name``, against its own fresh service."""
+    kind, budget = strategy(name)
+    home = workdir / name.replace("@", "-")
+    home.mkdir(parents=True)
+    server = serve(home).start()
+    try:
+        out = {}
+        for i, program in enumerate(programs):
+            seed = 0 if kind == "model" else i + 1
+            out[program] = tune(program, server.url, kind, seed, home / "cache", budget)
+            log(f"{name} {program}: {out[program]['wall_s']:.1f} s")
+        return out
+    finally:
+        server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--programs", type=int, default=None, help="the first N")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    chosen = [s for s in args.strategies.split(",") if s]
+    for s in chosen:
+        strategy(s)  # fail early on a typo
+    programs = names()[: args.programs]
     target = machine.target()
     fixed = fixed_options(target)
-    rows: list[dict[str, Any]] = []
     started = time.monotonic()
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
     with tempfile.TemporaryDirectory(prefix="real-fleet-") as tmp:
-        workdir = Path(tmp)
-        server = serve(workdir).start()
-        url = server.url
-        try:
-            for i, name in enumerate(names()):
-                model = tune(name, url, "model", 0, workdir / "cache")
-                rand = tune(name, url, "random", i + 1, workdir / "cache")
-                choices = {
-                    "model": model["compiler_options"],
-                    "random": rand["compiler_options"],
-                    "fixed": fixed,
-                }
-                speed = remeasure(name, choices, i)
-                row = {
-                    "program": name,
-                    **speed,
-                    "model_options": short(choices["model"]),
-                    "random_options": short(choices["random"]),
-                    "model_rounds": [r.get("shaping") for r in model["rounds"]],
-                    "tune_s": {
-                        "model": round(model["seconds"], 1),
-                        "random": round(rand["seconds"], 1),
-                    },
-                }
-                rows.append(row)
-                print(
-                    f"{name}: model {speed['model']:.3f}  random {speed['random']:.3f}  "
-                    f"fixed {speed['fixed']:.3f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            time.sleep(2)  # one more fleet refresh after the last feedback
-            targets = httpx.get(f"{url}/v1/targets", timeout=10).json()
-        finally:
-            server.stop()
+        reports = {s: run_strategy(s, programs, Path(tmp), log) for s in chosen}
+    rows: list[dict[str, Any]] = []
+    for i, program in enumerate(programs):
+        choices = {s: reports[s][program]["compiler_options"] for s in chosen}
+        speed = remeasure(program, {**choices, "fixed": fixed}, i)
+        rows.append(
+            {
+                "program": program,
+                **speed,
+                "options": {s: short(o) for s, o in choices.items()},
+                "tuner_speedup": {s: reports[s][program]["speedup"] for s in chosen},
+                "wall_s": {s: round(reports[s][program]["wall_s"], 1) for s in chosen},
+                "pairs": {s: reports[s][program].get("pairs") for s in chosen},
+            }
+        )
+        log(f"{program}: " + "  ".join(f"{s} {speed[s]:.3f}" for s in speed))
+    columns = [*chosen, "fixed"]
     result = {
         "target": target,
         "cpu": machine.describe(),
-        "budget": BUDGET,
+        "strategies": chosen,
         "fixed_options": short(fixed),
         "programs": rows,
-        "geomean": {
-            s: geomean([r[s] for r in rows]) for s in ("model", "random", "fixed")
+        "geomean": {s: geomean([r[s] for r in rows]) for s in columns},
+        "worst": {s: min(r[s] for r in rows) for s in columns},
+        "wall_s_per_strategy": {
+            s: round(sum(r["wall_s"][s] for r in rows), 1) for s in chosen
         },
-        "worst": {s: min(r[s] for r in rows) for s in ("model", "random", "fixed")},
-        "service_targets": targets,
         "wall_s": round(time.monotonic() - started, 1),
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
 
 
 def table(result: dict[str, Any]) -> str:
+    columns = [*result["strategies"], "fixed"]
     lines = [
-        "| program | model | random | fixed | model's options |",
-        "|---|---|---|---|---|",
+        "| program | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
     ]
     for r in result["programs"]:
         lines.append(
-            f"| {r['program']} | {r['model']:.3f} | {r['random']:.3f} | "
-            f"{r['fixed']:.3f} | {r['model_options']} |"
+            f"| {r['program']} | " + " | ".join(f"{r[c]:.3f}" for c in columns) + " |"
         )
-    g = result["geomean"]
+    g, w = result["geomean"], result["wall_s_per_strategy"]
     lines.append(
-        f"| **geomean** | **{g['model']:.3f}** | **{g['random']:.3f}** | "
-        f"**{g['fixed']:.3f}** | fixed: {result['fixed_options']} |"
+        "| **geomean** | " + " | ".join(f"**{g[c]:.3f}**" for c in columns) + " |"
+    )
+    lines.append(
+        "| tuning wall s | "
+        + " | ".join(f"{w[c]:.0f}" if c in w else "-" for c in columns)
+        + " |"
     )
     return "\n".join(lines)
 

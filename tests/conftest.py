@@ -1,5 +1,6 @@
-"""Fixtures shared by every test layer: the real data folder, a real redis-server and
-a real PostgreSQL server (``xla_costmodel.procs``).
+"""Fixtures shared by every test layer: the real TpuGraphs sample (in the repository,
+``datasets/tpugraphs``), a real redis-server and a real PostgreSQL server
+(``xla_costmodel.procs``).
 
 Redis and PostgreSQL are never mocked and never skipped: a missing ``redis-server`` or
 ``initdb``/``postgres`` fails the run (``make test`` installs both). Each session gets
@@ -9,6 +10,8 @@ its own servers on free ports, so tests never touch the Redis a developer may ru
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,15 +19,35 @@ import pytest
 
 from xla_costmodel.procs import PostgresServer, ProcessError, RedisServer
 
+# ``COSTMODEL_TEST_SHUFFLE=SEED pytest ...`` runs the collected tests in an order
+# shuffled with SEED (.ci/run does it once for the service tests): a test that passes
+# only after another one, or only in file order, fails there.
+SHUFFLE_ENV = "COSTMODEL_TEST_SHUFFLE"
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    seed = os.environ.get(SHUFFLE_ENV)
+    if seed:
+        random.Random(seed).shuffle(items)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = os.environ.get(SHUFFLE_ENV)
+    return f"test order shuffled with seed {seed!r} ({SHUFFLE_ENV})" if seed else None
+
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "tpugraphs"
+TPUGRAPHS = REPO / "datasets" / "tpugraphs"
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    if not SHARED.is_dir():
-        pytest.fail(f"real TpuGraphs data not found at {SHARED}")
-    return SHARED
+    """The TpuGraphs sample the repository holds (no folder beside the checkout)."""
+    if not TPUGRAPHS.is_dir():
+        pytest.fail(f"real TpuGraphs data not found at {TPUGRAPHS}")
+    return TPUGRAPHS
 
 
 @pytest.fixture(scope="session")

@@ -114,11 +114,12 @@ def blend(
     min_measurements: int = MIN_MEASUREMENTS,
     portfolio: bool = False,
     exclude: str | None = None,
+    compiler: str | None = None,
 ) -> Blended:
     """Scores for ``configs`` (module docstring). ``prior``: the artifact's scores
     of ``configs`` and ``prior_of`` of others (both or neither); ``exclude``: the
     graph's own name in the knowledge (its measurements count once, through
-    adaptation)."""
+    adaptation); ``compiler``: the graph's (``Knowledge.weights``)."""
     cfg = np.asarray(configs, np.float32)
     prior_weight = FOREIGN_WEIGHT if foreign else 1.0
     rel = _relative(measured, knowledge)
@@ -126,7 +127,7 @@ def blend(
     weights, evidence = np.zeros(0), 0.0
     if known:
         assert knowledge is not None
-        weights, evidence = knowledge.weights(summary, rel, exclude)
+        weights, evidence = knowledge.weights(summary, rel, exclude, compiler)
     share = evidence / (evidence + KNOWLEDGE_PROGRAMS)
 
     def combined(rows: F32, p: F32 | None) -> F64:

@@ -26,6 +26,14 @@ itself has measurements, how well each program's values explain them (Gaussian i
 the summed squared error of log runtime, ``FIT_SCALE``): a graph that turns out to
 behave like the convolutional programs of the target borrows their winners.
 
+Who vouches for a program counts too (docs/security.md, Poisoning): the programs of
+one *voter* (a writer of the service's measurements) together weigh at most what
+one program of their trust does, however many it stored, and each writer keeps its
+newest ``MAX_WRITER_PROGRAMS``; a record without a voter (the artifact's seeds, the
+fleet simulation's programs) votes alone and is never evicted. A program measured
+under another compiler than the graph's counts at ``FOREIGN_TRUST``, like one of
+another target, and those together never outweigh the compiler's own.
+
 Deterministic, numpy only; the service refits it off the request path and the fleet
 simulation (``costmodel simulate``) runs the same code. The constants were chosen by
 that simulation's leave-families-out runs (studies/README.md).
@@ -34,7 +42,7 @@ that simulation's leave-families-out runs (studies/README.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +60,15 @@ RIDGE = 1.0  # per-option penalty of a program's additive model (log-runtime uni
 FOREIGN_TRUST = 0.3  # a program measured on another target, against one of this target
 MIN_GAIN = 0.01  # weighted log speedup below which coverage gives way to exploration
 SPREAD = 3  # options two exploration picks differ in, at least (then relaxed)
-MAX_PROGRAMS = 2000  # newest programs kept per target (bounded memory and time)
+MAX_PROGRAMS = 2000  # newest writers' programs kept per target (memory and time)
+# Newest programs kept per writer and target: with one vote a writer gains nothing
+# from more, and this bounds the fit time one token can cause (10 writers fill
+# MAX_PROGRAMS; past it every writer's newest go first, so none evicts the others).
+MAX_WRITER_PROGRAMS = 200
+# A program's value counts at most this far from its default either way (16x): the
+# shipped datasets' widest is 12x, and a claimed 1000x speedup moves a weighted mean
+# no further than a real 16x one.
+MAX_EFFECT = float(np.log(16.0))
 
 
 def summarize(node_opcode: npt.ArrayLike) -> F64:
@@ -78,6 +94,10 @@ class ProgramRecord:
     # How much a program of this record's kind counts: 1 for the target's own, less
     # for one measured on another target (``FOREIGN_TRUST``: CPUs disagree).
     trust: float = 1.0
+    # Who vouches for it: a writer's programs share one vote (module docstring);
+    # None: a vote of its own (seeds, simulated programs), never evicted.
+    voter: str | None = None
+    compiler: str | None = None  # what it was measured under; None: unknown
 
 
 def record(
@@ -88,12 +108,15 @@ def record(
     default_row: npt.ArrayLike,
     trust: float = 1.0,
     writers: Sequence[str | None] | None = None,
+    *,
+    voter: str | None = None,
+    compiler: str | None = None,
 ) -> ProgramRecord | None:
     """Merge repeats (median log runtime per distinct config) and express each config
     relative to the default; None when the default was never measured (nothing to be
     relative to) or nothing else was. With ``writers`` (one per row), a config's value
     is the median over writers of each writer's median: one writer's flood of rows
-    is one vote, like any other writer's."""
+    is one vote, like any other writer's. ``voter``, ``compiler``: the record's."""
     flat = np.asarray(configs, np.float32)
     flat = flat.reshape(flat.shape[0], -1)
     rt = np.asarray(runtimes_ns, np.float64)
@@ -114,7 +137,9 @@ def record(
     if hit.size == 0 or len(uniq) < 2:
         return None
     rel = med - med[hit[0]]
-    return ProgramRecord(name, summary, uniq, rel, int(rt.shape[0]), trust)
+    return ProgramRecord(
+        name, summary, uniq, rel, int(rt.shape[0]), trust, voter, compiler
+    )
 
 
 @dataclass(frozen=True)
@@ -131,6 +156,9 @@ class Knowledge:
     measurements: int  # rows behind every record
     trust: F64  # [P]
     program_measurements: tuple[int, ...] = ()  # [P] rows behind each record
+    voters: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # [P] index
+    compilers: tuple[str | None, ...] = ()  # [P]
+    compiler: str | None = None  # the newest known one: current unless a rank says
 
     @property
     def programs(self) -> int:
@@ -141,7 +169,9 @@ class Knowledge:
         cls, records: Sequence[ProgramRecord], default_row: npt.ArrayLike
     ) -> Knowledge:
         default = np.asarray(default_row, np.float32).ravel()
-        kept = list(records)[-MAX_PROGRAMS:]
+        known = [r.compiler for r in records if r.compiler is not None]
+        newest = known[-1] if known else None
+        kept = _kept(records)
         width = default.size
         if not kept:
             empty = np.zeros((0, width), np.float64)
@@ -155,6 +185,7 @@ class Knowledge:
                 empty,
                 0,
                 np.zeros(0),
+                compiler=newest,
             )
         rows = np.concatenate([r.configs for r in kept]).astype(np.float32)
         program = np.concatenate(
@@ -163,7 +194,13 @@ class Knowledge:
         rel = np.concatenate([r.rel for r in kept])
         keys = _keys(rows)
         order = np.argsort(keys, kind="stable")
-        coef = np.stack([_additive(r.configs, r.rel, default) for r in kept])
+        rel = np.clip(rel, -MAX_EFFECT, MAX_EFFECT)
+        coef = np.stack(
+            [
+                _additive(r.configs, np.clip(r.rel, -MAX_EFFECT, MAX_EFFECT), default)
+                for r in kept
+            ]
+        )
         return cls(
             default,
             tuple(r.name for r in kept),
@@ -175,6 +212,9 @@ class Knowledge:
             sum(r.measurements for r in kept),
             np.array([r.trust for r in kept]),
             tuple(r.measurements for r in kept),
+            _voters(kept),
+            tuple(r.compiler for r in kept),
+            newest,
         )
 
     def values(self, configs: npt.ArrayLike) -> F64:
@@ -196,12 +236,17 @@ class Knowledge:
         summary: F64 | None,
         measured: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
         exclude: str | None = None,
+        compiler: str | None = None,
     ) -> tuple[F64, float]:
         """[P] normalised program weights for a graph (``summary``: None = every
         program alike) given its own measured (configs, relative log runtimes), and
         the evidence behind them: the sum of the unnormalised weights, each at most
-        its trust (a trusted program exactly like this graph counts 1)."""
-        logw = np.log(np.maximum(self.trust, 1e-300))
+        its trust (a trusted program exactly like this graph counts 1), each voter's
+        together at most its largest trust. ``compiler``: the graph's (None: the
+        newest the knowledge holds); programs of another count at ``FOREIGN_TRUST``."""
+        other = self._other_compiler(compiler)
+        trust = self.trust * np.where(other, FOREIGN_TRUST, 1.0)
+        logw = np.log(np.maximum(trust, 1e-300))
         if summary is not None and self.programs:
             logw += (self.summaries @ summary - 1.0) / SIM_TEMPERATURE
         if measured is not None and self.programs:
@@ -216,6 +261,10 @@ class Knowledge:
                 logw -= err / (2 * FIT_SCALE**2)
         if exclude is not None:
             logw[[i for i, n in enumerate(self.names) if n == exclude]] = -np.inf
+        logw = self._one_vote_each(logw, trust)
+        own = _lse(logw[~other])
+        if other.any() and np.isfinite(own):  # never more than the compiler's own
+            logw[other] -= max(0.0, _lse(logw[other]) - own)
         if not self.programs or not np.isfinite(logw).any():
             return np.zeros(self.programs), 0.0
         u = np.exp(np.minimum(logw, 0.0))
@@ -223,6 +272,33 @@ class Knowledge:
         if mass <= 0:  # every weight underflowed: the most similar program leads
             u = np.exp(logw - logw[np.isfinite(logw)].max())
         return u / u.sum(), mass
+
+    def _other_compiler(self, compiler: str | None) -> npt.NDArray[np.bool_]:
+        """[P] measured under a known compiler that is not ``compiler`` (None: the
+        newest the knowledge holds); unknown on either side counts as the same."""
+        current = compiler if compiler is not None else self.compiler
+        if current is None or len(self.compilers) != self.programs:
+            return np.zeros(self.programs, bool)
+        return np.array([c not in (None, current) for c in self.compilers], bool)
+
+    def _one_vote_each(self, logw: F64, trust: F64) -> F64:
+        """``logw`` with each voter's programs scaled down together so that their
+        weights sum to at most the voter's largest trust (in logs: no underflow)."""
+        if len(self.voters) != len(logw) or not len(logw):
+            return logw
+        count = int(self.voters.max()) + 1
+        top = np.full(count, -np.inf)
+        np.maximum.at(top, self.voters, logw)
+        base = np.where(np.isfinite(top), top, 0.0)
+        summed = np.bincount(
+            self.voters, weights=np.exp(logw - base[self.voters]), minlength=count
+        )
+        cap = np.zeros(count)
+        np.maximum.at(cap, self.voters, trust)
+        with np.errstate(divide="ignore"):
+            excess = base + np.log(summed) - np.log(np.maximum(cap, 1e-300))
+        excess = np.where(np.isfinite(excess), np.maximum(excess, 0.0), 0.0)
+        return np.asarray(logw - excess[self.voters], np.float64)
 
     def predict(self, configs: npt.ArrayLike, weights: F64) -> F64:
         """[M] the weighted mean relative log runtime (0 = like the default)."""
@@ -293,6 +369,45 @@ def spread(
                 left[i] = False
                 dist = np.minimum(dist, np.abs(flat - flat[i]).sum(1))
     return order
+
+
+def _kept(records: Sequence[ProgramRecord]) -> list[ProgramRecord]:
+    """Every record without a voter; of each voter's, its newest
+    ``MAX_WRITER_PROGRAMS``; past ``MAX_PROGRAMS`` voted ones, every voter's newest
+    first, then every voter's second newest... (``records``: oldest first)."""
+    age: dict[int, int] = {}  # record -> how many of its voter's are newer
+    seen: dict[str, int] = {}
+    for i in range(len(records) - 1, -1, -1):
+        voter = records[i].voter
+        if voter is not None:
+            age[i] = seen.get(voter, 0)
+            seen[voter] = age[i] + 1
+    fair = sorted((a, -i) for i, a in age.items() if a < MAX_WRITER_PROGRAMS)
+    keep = {-j for _, j in fair[:MAX_PROGRAMS]}
+    return [r for i, r in enumerate(records) if r.voter is None or i in keep]
+
+
+def _voters(records: Sequence[ProgramRecord]) -> I64:
+    """[P] each record's voter as an index; a record without one is its own."""
+    index: dict[str, int] = {}
+    out: list[int] = []
+    for r in records:
+        if r.voter is None:
+            out.append(len(index) + len(out))  # unique: never a key's index
+        else:
+            out.append(index.setdefault(r.voter, -1 - len(index)))
+    arr = np.asarray(out, np.int64)
+    _, dense = np.unique(arr, return_inverse=True)
+    return np.asarray(dense.ravel(), np.int64)
+
+
+def _lse(logw: F64) -> float:
+    """log(sum(exp(logw))) without underflow; -inf for nothing."""
+    finite = logw[np.isfinite(logw)]
+    if not finite.size:
+        return -np.inf
+    top = float(finite.max())
+    return top + float(np.log(np.exp(finite - top).sum()))
 
 
 def _vote(logs: F64, writers: npt.NDArray[np.str_] | None) -> float:

@@ -114,3 +114,15 @@ def target(info: dict[str, str] | None = None) -> str:
     vendor = {"amd": "amd", "genuineintel": "intel"}.get(vendor, vendor) or "unknown"
     family, model = info.get("cpu family", "0"), info.get("model", "0")
     return f"cpu-{vendor}-{family}.{model}-{isa_level(isa_flags(info))}"
+
+
+def compiler() -> str | None:
+    """The XLA a measurement here is compiled by, as ``"jaxlib 0.10.2"`` (None when
+    jaxlib is not installed): what a decision or a runtime is only valid for. Read
+    from the installed distribution's metadata, so jax is never imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"jaxlib {version('jaxlib')}"
+    except PackageNotFoundError:
+        return None

@@ -1,4 +1,4 @@
-"""Constants of the TpuGraphs format (see ../shared/tpugraphs/FORMAT.md).
+"""Constants of the TpuGraphs format (see datasets/tpugraphs/FORMAT.md).
 
 What differs between collections (config key and width, normalisers, default config,
 metrics, ...) is declared once in ``xla_costmodel.tpugraphs.collections``; ``Collection``

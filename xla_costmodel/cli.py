@@ -25,6 +25,14 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("torch", "onnx", "onnxruntime"),
     "bench": ("matplotlib", "fastapi", "onnxruntime"),
     "xla": ("jax", "keras"),
+    # Not an extra: what `costmodel simulate --quick` imports (its full run also needs
+    # torch for the model's prior, checked when it runs).
+    "simulate": ("onnxruntime", "scipy"),
+}
+# Requirements that are not one extra: the hint printed instead of install_hint's.
+HINTS: dict[str, str] = {
+    "simulate": "pip install 'xla-costmodel[train,xla]' "
+    "(--quick: pip install onnxruntime scipy)",
 }
 # command name -> ("module:function", extra)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,13 +40,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("xla_costmodel.models.cli:evaluate", "train"),
     "export": ("xla_costmodel.models.cli:export", "train"),
     "serve": ("xla_costmodel.service.cli:serve", "service"),
+    "rank": ("xla_costmodel.clients.rank_cli:rank", ""),
     "replay": ("xla_costmodel.clients.cli:replay", ""),
     "featurize": ("xla_costmodel.tpugraphs.hlo.cli:featurize", ""),
     "bench": ("xla_costmodel.bench.cli:bench", "bench"),
     "chaos": ("xla_costmodel.chaos.cli:chaos", "bench"),
     "collect": ("xla_costmodel.collection.collect:collect", "xla"),
     "tune": ("xla_costmodel.clients.xla.tune_cli:tune", "xla"),
-    "simulate": ("xla_costmodel.studies.fleet:simulate_cli", "xla"),
+    "best": ("xla_costmodel.clients.xla.best_cli:best", "xla"),
+    "simulate": ("xla_costmodel.studies.fleet:simulate_cli", "simulate"),
 }
 # group name -> (help, {command name -> ("module:function", extra)})
 GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -105,7 +115,14 @@ def missing(extra: str) -> list[str]:
 
 
 def install_hint(extra: str) -> str:
-    return f"pip install '{DISTRIBUTION}[{extra}]'"
+    return HINTS.get(extra, f"pip install '{DISTRIBUTION}[{extra}]'")
+
+
+def needs(command: str, extra: str) -> str:
+    """The one line printed when ``extra``'s modules are missing."""
+    if extra in HINTS:
+        return f"costmodel {command} needs {', '.join(EXTRAS[extra])}: {HINTS[extra]}"
+    return f"costmodel {command} needs the {extra} extra: {install_hint(extra)}"
 
 
 def _register(
@@ -122,10 +139,7 @@ def _register(
 
 def _needs(command: str, extra: str) -> Callable[[typer.Context], None]:
     def needs_extra(ctx: typer.Context) -> None:
-        typer.echo(
-            f"costmodel {command} needs the {extra} extra: {install_hint(extra)}",
-            err=True,
-        )
+        typer.echo(needs(command, extra), err=True)
         raise typer.Exit(1)
 
     return needs_extra

@@ -21,18 +21,30 @@ URL_HELP = (
 def export(
     out: Annotated[Path, typer.Option(help=OUT_HELP)],
     collection: Annotated[
-        str | None, typer.Option(help="Only this collection (tile, layout).")
+        str | None, typer.Option(help="Only this collection (tile, layout, xla_cpu).")
     ] = None,
     target: Annotated[
         str | None, typer.Option(help="Only this hardware target (e.g. tpu-v3).")
     ] = None,
     writer: Annotated[
-        str | None,
-        typer.Option(help="Only measurements this writer stored (costmodel tokens)."),
+        list[str] | None,
+        typer.Option(
+            help="Only measurements these writers stored (costmodel tokens); "
+            "repeatable; anonymous: the rows stored without a token."
+        ),
+    ] = None,
+    exclude_writer: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Never measurements these writers stored; repeatable; "
+            "anonymous: the rows stored without a token."
+        ),
     ] = None,
     database_url: Annotated[str | None, typer.Option(help=URL_HELP)] = None,
 ) -> None:
-    """Export measured runtimes as TpuGraphs files that `costmodel train --data` reads."""
+    """Export measured runtimes as TpuGraphs files that `costmodel train --data` reads.
+
+    Each config's runtime is the median over writers of each writer's median."""
     from rich.console import Console
     from rich.table import Table
 
@@ -42,7 +54,10 @@ def export(
     console = Console(stderr=True)
     totals: dict[tuple[str, str], list[int]] = {}
     with open_store(database_url) as store:
-        for item in export_dataset(store, out, collection, target, writer):
+        found = export_dataset(
+            store, out, collection, target, writer or None, exclude_writer or ()
+        )
+        for item in found:
             if isinstance(item, ExportedFile):
                 row = totals.setdefault((item.collection, item.target), [0, 0, 0])
                 row[0] += 1

@@ -2,7 +2,10 @@
 
 An artifact is a directory ``<model_dir>/<name>/<version>/`` holding ``manifest.json``,
 ``encoder.onnx`` and ``scorer.onnx``. ``version`` is a positive integer (as in
-Triton/TF-Serving model repositories); the newest is the largest.
+Triton/TF-Serving model repositories), ASCII digits only; the newest is the largest.
+A manifest names its files plainly (``FILE_NAME``), and each must resolve inside its
+artifact directory: a manifest cannot point the service at ``../../etc`` or through a
+symlink elsewhere.
 
 The wiring rule the service relies on: the scorer's inputs are exactly the encoder's
 outputs (same names, dtypes, shapes) plus one config input, the collection's config
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -33,6 +37,8 @@ CONFIG_INPUT = {name: c.config_input for name, c in COLLECTIONS.items()}
 # targets are never mixed (feedback, adaptation, export are all keyed by it).
 TARGET_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"
 TPU_TARGET: Final = "tpu-v3"  # every TpuGraphs runtime was measured on a TPU v3
+FILE_NAME: Final = r"^[A-Za-z0-9._-]+$"  # a file in the artifact directory itself
+_VERSION = re.compile(r"[0-9]+")  # str.isdigit() takes superscripts, other scripts
 
 
 class TensorSpec(BaseModel):
@@ -46,7 +52,7 @@ class TensorSpec(BaseModel):
 
 class GraphSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    file: str
+    file: str = Field(pattern=FILE_NAME)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
@@ -58,9 +64,15 @@ class KnowledgeFile(BaseModel):
     every target's knowledge from them, and other targets' at reduced trust."""
 
     model_config = ConfigDict(extra="forbid")
-    file: str
+    file: str = Field(pattern=FILE_NAME)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     programs: dict[str, int] = Field(description="target -> programs it holds")
+    # What the seeds were measured under: measurements of another compiler count
+    # less in a target's knowledge (tpugraphs/knowledge.py); absent: unknown.
+    compiler: dict[str, str] = Field(
+        default_factory=dict,
+        description="target -> the compiler build its seeds were measured under",
+    )
 
 
 class Manifest(BaseModel):
@@ -127,10 +139,12 @@ def read_manifest(artifact_dir: Path, verify_files: bool = True) -> Manifest:
     except (ValueError, OSError) as exc:
         raise ArtifactError(f"{path}: invalid manifest: {exc}") from None
     _check_wiring(manifest, path)
+    files: list[GraphSpec | KnowledgeFile] = [manifest.encoder, manifest.scorer]
+    if manifest.knowledge is not None:
+        files.append(manifest.knowledge)
+    for spec in files:
+        _check_inside(artifact_dir, spec.file, path)
     if verify_files:
-        files: list[GraphSpec | KnowledgeFile] = [manifest.encoder, manifest.scorer]
-        if manifest.knowledge is not None:
-            files.append(manifest.knowledge)
         for spec in files:
             onnx_path = artifact_dir / spec.file
             if not onnx_path.is_file():
@@ -138,6 +152,14 @@ def read_manifest(artifact_dir: Path, verify_files: bool = True) -> Manifest:
             if sha256_file(onnx_path) != spec.sha256:
                 raise ArtifactError(f"{onnx_path}: sha256 does not match the manifest")
     return manifest
+
+
+def _check_inside(artifact_dir: Path, file: str, path: Path) -> None:
+    """``file`` (a ``FILE_NAME``) names an entry of ``artifact_dir`` itself, after
+    symlinks: not ``.`` or ``..``, nor a link out of it."""
+    folder = artifact_dir.resolve()
+    if file in {".", ".."} or (folder / file).resolve().parent != folder:
+        raise ArtifactError(f"{path}: file {file!r} is not inside {artifact_dir}")
 
 
 def _check_wiring(m: Manifest, path: Path) -> None:
@@ -170,11 +192,18 @@ def write_manifest(artifact_dir: Path, manifest: Manifest) -> Path:
 
 
 def list_versions(model_dir: Path, name: str) -> list[str]:
-    """Versions present for a model, oldest first (numeric order)."""
+    """Versions present for a model, oldest first (numeric order): folders named by
+    ASCII digits alone."""
     root = model_dir / name
     if not root.is_dir():
         return []
-    return sorted((p.name for p in root.iterdir() if p.name.isdigit()), key=int)
+    found = (p.name for p in root.iterdir() if is_version(p.name) and p.is_dir())
+    return sorted(found, key=int)
+
+
+def is_version(name: str) -> bool:
+    """A version folder's name: ASCII digits (``int`` and ``isdigit`` take others)."""
+    return _VERSION.fullmatch(name) is not None
 
 
 # Re-exported so callers catch one error type for bad graph arrays.
@@ -186,6 +215,7 @@ __all__ = [
     "KnowledgeFile",
     "Manifest",
     "TensorSpec",
+    "is_version",
     "list_versions",
     "read_manifest",
     "sha256_file",

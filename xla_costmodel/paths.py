@@ -2,7 +2,7 @@
 
 These tools run from the repository root (every ``make`` target does), so their default
 paths are relative to the working directory, never to where a module happens to lie: an
-installed package has no ``datasets/`` or ``../shared`` beside it. What the service
+installed package has no ``datasets/`` beside it. What the service
 needs at run time ships as package data instead (``xla_costmodel.shipped_models``).
 A default that is not there fails with one line naming the flag to pass (``existing``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SHARED_TPUGRAPHS = Path("../shared/tpugraphs")  # the TpuGraphs sample (read-only)
+TPUGRAPHS = Path("datasets/tpugraphs")  # the TpuGraphs sample (MANIFEST.md there)
 XLA_CPU_DATA = Path("datasets/xla_cpu")  # the collected xla_cpu dataset
 ARTIFACTS = Path("models/artifacts")  # the shipped models (package data)
 CHECKPOINTS = Path("models/checkpoints")  # PyTorch checkpoints (not shipped)

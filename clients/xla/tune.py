@@ -23,12 +23,13 @@ target, for the next round and for every later program. The ``budget`` K counts
 configs compiled and measured (a config that fails to compile counts too).
 
 Choosing (``decide.py``): the ``confirm`` configs that were fastest relative to the
-default measured beside them are timed again against the default in ``repeats``
-interleaved pairs (a fresh measurement: the winner's luck in the first one does not
-count), and the fastest one is kept only if a one-sided Mann-Whitney test says it is
-faster at level ``alpha`` *and* its median speedup exceeds ``1 + min_gain``.
-Otherwise the default stays (``compiler_options == {}``); ``default_ms`` and
-``best_ms`` are from those pairs.
+default measured beside them are timed again against the default in interleaved
+pairs (a fresh measurement: the winner's luck in the first one does not count), as
+many as ``decide.Sequential`` needs (``repeats`` to ``max_pairs``; ``pairs`` in the
+report counts them): each is kept only if a one-sided signed-rank test says it is
+faster at level ``alpha`` *and* its median speedup exceeds ``1 + min_gain``, and the
+fastest kept one wins. Otherwise the default stays (``compiler_options == {}``);
+``default_ms`` and ``best_ms`` are from those pairs.
 
 No service (``client=None``, unreachable, no such model, HLO it cannot featurize): the
 default, measured the same way, with ``reason`` saying why; a service lost mid-run
@@ -61,7 +62,9 @@ import numpy as np
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.hlo import Hlo
-from xla_costmodel.clients.payloads import prepare_graph
+from xla_costmodel.clients.payloads import PreparedGraph, prepare_graph
+from xla_costmodel.clients.wire import BestKnown
+from xla_costmodel.clients.xla import policy, reuse
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.pickers import ModelPicker, Picker, RandomPicker
 from xla_costmodel.clients.xla.tune_rounds import (
@@ -77,6 +80,7 @@ from xla_costmodel.clients.xla.tune_rounds import (
     default_crash_dir,
 )
 from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs.graph_id import hlo_fingerprint
 
 __all__ = ["Autotuned", "TuneConfig", "TuneReport", "autotuned", "tune"]
 
@@ -114,6 +118,15 @@ class TuneReport:
     reason: str  # why these options (or why the default)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # The fleet's decision: ``reused`` when a fresh one held (only it was compiled;
+    # nothing when it is the default), ``verified`` the check of a decision found
+    # (None: none found, or the default), ``compiler`` what this run measured with.
+    reused: bool = False
+    compiler: str = "unknown"
+    verified: dict[str, Any] | None = None
+    graph_id: str | None = None
+    decision_stored: bool | None = None  # None: not sent (random, no service)
+    pairs: int = 0  # interleaved pairs the decisions spent (decide.Sequential)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,15 +160,19 @@ def tune(
     protocol: TimingProtocol = TUNE_PROTOCOL,
     crash_dir: Path | None = None,
     progress: Log | None = None,
+    reuse: bool = True,
+    min_writers: int = 1,
 ) -> TuneReport:
     """Tune the XLA:CPU compiler options of ``fn(*args)`` (see the module docstring).
 
     ``budget`` configs are compiled and measured in ``rounds`` rounds (default
     ``min(3, budget)``), picked from ``candidates`` sampled with ``seed``;
     ``client`` (strategy ``"model"``) ranks them with ``model`` for ``target``
-    (default: this CPU, ``machine.target()``). ``crash_dir`` keeps the crash
-    journals (``tune_rounds.Bench``; default ``~/.cache/costmodel/tune``).
-    ``progress`` receives a line per step.
+    (default: this CPU, ``machine.target()``). With ``reuse``, what the fleet
+    decided for this program (by ``min_writers`` writers at least) is verified
+    first (``reuse.py``). ``crash_dir`` keeps the crash journals
+    (``tune_rounds.Bench``; default ``~/.cache/costmodel/tune``). ``progress``
+    receives a line per step.
     """
     cfg = TuneConfig(
         budget,
@@ -168,6 +185,8 @@ def tune(
         min_gain=min_gain,
         protocol=protocol,
         crash_dir=crash_dir,
+        reuse=reuse,
+        min_writers=min_writers,
     )
     return _tune(fn, tuple(args), cfg, client, progress)[0]
 
@@ -189,6 +208,33 @@ def autotuned(
     return Autotuned(compiled, report)
 
 
+@dataclass
+class _Run:
+    """One run's state beyond the rounds: the program as the service knows it, the
+    fleet's decision for it and what checking that decision showed."""
+
+    cfg: TuneConfig
+    target: str
+    compiler: str
+    graph: PreparedGraph | None = None  # featurized for the service (model only)
+    program: reuse.Program | None = None
+    known: BestKnown | None = None  # the fleet's decision, if any
+    known_row: int | None = None  # its row among the candidates
+    verified: dict[str, Any] | None = None  # the decision's check, pair by pair
+    reused: bool = False
+    why: str = ""  # why the default stays without rounds (no service, ...)
+    picker: Picker | None = None
+    decision_stored: bool | None = None  # None: not sent
+
+    @property
+    def model_version(self) -> str | None:
+        return None if self.picker is None else self.picker.model_version
+
+    @property
+    def answered(self) -> bool:
+        return self.picker is not None and self.picker.answered
+
+
 def _tune(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -200,21 +246,33 @@ def _tune(
     import jax
 
     started = time.monotonic()
-    plan = cfg.plan()
+    log = progress or _quiet
     rows = xla_cpu.sample(cfg.candidates, cfg.seed)
-    target = cfg.target or machine.target()
+    state = _Run(cfg, cfg.target or machine.target(), machine.compiler() or "unknown")
     lowered = jax.jit(fn).lower(*args)
     text = lowered.as_text(dialect="hlo")
+    if cfg.strategy == "model" and client is not None:
+        state.why = _prepare(state, client, text)
+        if state.known is not None:
+            rows, state.known_row = _with_row(rows, state.known.config)
     crashes = cfg.crash_dir or default_crash_dir()
     crash_path = crashes / f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.journal"
     with tempfile.TemporaryDirectory(prefix="costmodel-tune-") as workdir:
         bench = Bench(lowered, args, cfg, Path(workdir), crash_path)
-        run = Rounds(bench, rows, progress or _quiet)
-        picker, why = _picker(cfg, client, text, rows, target)
-        if picker is not None:
-            why = run.play(picker, plan)
-        chosen, default_ns, noise = run.decide()
+        run = Rounds(bench, rows, log)
+        chosen = _check_known(state, run, log)
+        if state.reused:
+            default_ns = bench.measure([])[1]
+            if chosen is not None and chosen.final_default_ns is not None:
+                default_ns = chosen.final_default_ns  # from the verifying pairs
+            noise = max([0.0, *bench.noises])
+        else:
+            _play(state, run, client, rows, cfg)
+            chosen, default_ns, noise = run.decide()
     best_ns = default_ns if chosen is None else chosen.final_ns or default_ns
+    # A reused default was not measured again: nothing new to tell.
+    if client and state.program and not (state.reused and chosen is None):
+        _tell(state, client, run, rows, chosen, default_ns, best_ns)
     report = TuneReport(
         default_ms=default_ns / 1e6,
         best_ms=best_ns / 1e6,
@@ -228,13 +286,19 @@ def _tune(
         seed=cfg.seed,
         noise=noise,
         rounds=run.rounds,
-        target=target,
+        target=state.target,
         model=cfg.model,
-        model_version=None if picker is None else picker.model_version,
-        service_answered=picker is not None and picker.answered,
-        reason=why or _reason(chosen, default_ns, best_ns, run.measured, cfg),
+        model_version=state.model_version,
+        service_answered=state.answered,
+        reason=state.why or _reason(chosen, default_ns, best_ns, run.measured, cfg),
         notes=run.notes,
         seconds=time.monotonic() - started,
+        reused=state.reused,
+        compiler=state.compiler,
+        verified=state.verified,
+        graph_id=None if state.program is None else state.program.graph_id,
+        decision_stored=state.decision_stored,
+        pairs=run.pairs,
     )
     executable = run.bench.controls[0] if chosen is None else chosen.executable
     return report, executable
@@ -244,24 +308,160 @@ def _quiet(line: str) -> None:
     pass
 
 
-def _picker(
-    cfg: TuneConfig,
-    client: CostModelClient | None,
-    hlo_text: str,
-    rows: Rows,
-    target: str,
-) -> tuple[Picker | None, str]:
-    """The picker of ``cfg.strategy``, or None and why the default stays."""
-    if cfg.strategy == "random":
-        return RandomPicker(np.random.default_rng([cfg.seed, 1])), ""
-    if client is None:
-        return None, "no client given: kept the default"
+def _prepare(state: _Run, client: CostModelClient, text: str) -> str:
+    """Featurize the program for the service and ask what the fleet decided for it
+    (``cfg.reuse``); returns why the default stays when the HLO cannot be used."""
     try:
-        graph = prepare_graph(Hlo(hlo_text, configurable=None))
+        state.graph = prepare_graph(Hlo(text, configurable=None))
     except CostModelError as exc:
-        return None, f"the HLO could not be featurized ({exc}): kept the default"
-    session = client.session(cfg.model, target=target)
-    return ModelPicker(session, graph, rows, cfg.deadline), ""
+        return f"the HLO could not be featurized ({exc}): kept the default"
+    state.program = reuse.Program(state.graph.graph_id, hlo_fingerprint(text))
+    if state.cfg.reuse:
+        state.known, _ = reuse.ask(
+            client,
+            state.cfg.model,
+            state.program,
+            state.target,
+            state.compiler,
+            state.cfg.min_writers,
+            state.cfg.deadline,
+        )
+    return ""
+
+
+def _with_row(rows: Rows, config: Sequence[float]) -> tuple[Rows, int]:
+    """``rows`` holding ``config`` (appended unless sampled already) and its index."""
+    row = np.asarray(config, np.float32)
+    if row.shape != rows.shape[1:]:
+        raise CostModelError(
+            f"decided config has {row.size} values, not {rows.shape[1]}"
+        )
+    same = np.flatnonzero((rows == row).all(axis=1))
+    if same.size:
+        return rows, int(same[0])
+    return np.vstack([rows, row[None]]), len(rows)
+
+
+def _check_known(state: _Run, run: Rounds, log: Log) -> Measured | None:
+    """Check the fleet's decision before any search: a fresh one that holds ends the
+    run (``state.reused``; the kept config, None for the default); one that does
+    not hold, or a stale one, is adopted as the run's first measured config."""
+    known, row = state.known, state.known_row
+    if known is None or row is None:
+        return None
+    fresh = reuse.fresh(known, state.compiler)
+    if known.is_default:
+        state.reused = fresh  # nothing to compile: the default is the decision
+        if fresh:
+            log(
+                f"reusing the fleet's decision: the default ({known.writers} writer(s))"
+            )
+        return None
+    options = xla_cpu.to_options(run.rows[row])
+    log(f"checking the fleet's decision ({'fresh' if fresh else 'stale'}) first")
+    m = run.verify(row, options)
+    if m is None:
+        run.notes.append("the fleet's decision did not compile here: tuned instead")
+        return None
+    v = m.verdict
+    assert v is not None  # verify() always compares
+    state.verified = {
+        "kept": v.kept,
+        "speedup": v.speedup,
+        "speedup_low": v.speedup_low,
+        "p_value": v.p_value,
+        "pairs": v.pairs,
+        "stale": not fresh,
+    }
+    run.adopt(m)  # the run's first measured config, whatever follows
+    if fresh and v.kept:
+        state.reused = True
+        state.why = (
+            f"the fleet's decision ({known.writers} writer(s)), verified here: "
+            f"{v.speedup:.3f}x faster than the default in {v.pairs} interleaved "
+            f"pairs (p = {v.p_value:.3g}): reused"
+        )
+        return m
+    why = "decided under " + str(known.compiler) if not fresh else "did not hold"
+    run.notes.append(f"the fleet's decision {why}: tuned with it measured first")
+    return None
+
+
+def _play(
+    state: _Run,
+    run: Rounds,
+    client: CostModelClient | None,
+    rows: Rows,
+    cfg: TuneConfig,
+) -> None:
+    """The rounds of ``cfg.plan()``, less what checking a decision spent."""
+    left = cfg.budget - len(run.measured)
+    if cfg.strategy == "random":
+        picker: Picker = RandomPicker(np.random.default_rng([cfg.seed, 1]))
+    elif client is None:
+        state.why = state.why or "no client given: kept the default"
+        return
+    elif state.graph is None:
+        return  # state.why says why
+    else:
+        session = client.session(
+            cfg.model, target=state.target, compiler=state.compiler
+        )
+        picker = ModelPicker(session, state.graph, rows, cfg.deadline)
+    state.picker = picker
+    if left >= 1:
+        state.why = run.play(
+            picker, policy.plan(left, cfg.rounds and min(cfg.rounds, left))
+        )
+
+
+def _tell(
+    state: _Run,
+    client: CostModelClient,
+    run: Rounds,
+    rows: Rows,
+    chosen: Measured | None,
+    default_ns: int,
+    best_ns: int,
+) -> None:
+    """Send the final decision, and the kept config's paired runtimes as feedback;
+    a refusal (no writer token, ...) is a note, never a failure of the run."""
+    assert state.program is not None
+    cfg = state.cfg
+    row = rows[0] if chosen is None else rows[chosen.row]
+    options = {} if chosen is None else xla_cpu.to_options(row)
+    verdict = None if chosen is None else chosen.verdict
+    strategy = "reuse" if state.reused else cfg.strategy
+    made = reuse.decision(
+        state.program,
+        row,
+        options,
+        verdict,
+        target=state.target,
+        compiler=state.compiler,
+        budget=cfg.budget,
+        strategy=strategy,
+    )
+    model_version = state.model_version
+    try:
+        if chosen is not None:
+            client.feedback(
+                cfg.model,
+                state.graph if state.graph is not None else state.program.graph_id,
+                np.asarray([default_ns, best_ns], np.int64),
+                configs=np.stack([rows[0], row]),
+                model_version=model_version,
+                target=state.target,
+                compiler=state.compiler,
+                deadline=cfg.deadline,
+            )
+        client.record_decision(
+            cfg.model, made, model_version=model_version, deadline=cfg.deadline
+        )
+        state.decision_stored = True
+    except CostModelError as exc:
+        state.decision_stored = False
+        run.notes.append(f"the decision was not stored ({exc})")
 
 
 def _reason(
@@ -271,12 +471,17 @@ def _reason(
     measured: list[Measured],
     cfg: TuneConfig,
 ) -> str:
-    rule = f"Mann-Whitney p < {cfg.alpha} and over {cfg.min_gain:.0%} faster"
+    rule = (
+        f"a sequential signed-rank test at {cfg.alpha} in {cfg.repeats} to "
+        f"{cfg.max_pairs} pairs, and over {cfg.min_gain:.0%} faster"
+    )
     if chosen is not None:
-        p = chosen.verdict.p_value if chosen.verdict else float("nan")
+        v = chosen.verdict
+        p = v.p_value if v else float("nan")
+        n = v.pairs if v else 0
         return (
             f"{default_ns / best_ns:.3f}x faster than the default in "
-            f"{cfg.repeats} interleaved pairs (p = {p:.3g}; kept when {rule})"
+            f"{n} interleaved pairs (p = {p:.3g}; kept when {rule})"
         )
     if not measured:
         return "no config compiled: kept the default"

@@ -69,6 +69,15 @@ def tune(
         show_envvar=True,
         help="Writer token for the feedback (costmodel tokens create).",
     ),
+    reuse: bool = typer.Option(
+        True,
+        "--reuse/--no-reuse",
+        help="Verify what the fleet decided for this program first (GET /v1/best): "
+        "a fresh decision that holds ends the run with one compile.",
+    ),
+    min_writers: int = typer.Option(
+        1, "--min-writers", min=1, help="Reuse a decision only this many writers made."
+    ),
     restarts: int = typer.Option(
         3,
         "--restarts",
@@ -101,6 +110,9 @@ def tune(
             str(candidates),
             "--model",
             model,
+            "--reuse" if reuse else "--no-reuse",
+            "--min-writers",
+            str(min_writers),
             "--worker",
             *(["--rounds", str(rounds)] if rounds is not None else []),
             *(["--target", target] if target is not None else []),
@@ -120,6 +132,8 @@ def tune(
         "model": model,
         "target": target,
         "progress": progress,
+        "reuse": reuse,
+        "min_writers": min_writers,
     }
     try:
         if strategy is StrategyName.model:
@@ -209,11 +223,14 @@ def summary(report: TuneReport) -> list[str]:
     service = "not asked (random)" if report.strategy == "random" else "no answer"
     if report.service_answered:
         service = f"{report.model}:{report.model_version}"
+    elif report.reused:
+        service = "the fleet's decision, reused"
     return [
         f"chosen: {short(report.compiler_options)}",
         f"speedup {report.speedup:.3f}x (default {report.default_ms:.3f} ms, "
         f"best {report.best_ms:.3f} ms, noise {report.noise:.1%})",
         f"why: {report.reason}",
-        f"service: {service}; target {report.target}; {report.seconds:.1f} s",
+        f"service: {service}; target {report.target}; {report.compiler}; "
+        f"{report.seconds:.1f} s",
         *(f"note: {note}" for note in report.notes),
     ]

@@ -4,9 +4,10 @@
 through the collector's ``probe`` (each runs once after compiling, its output
 compared with the default's), keeps the program's crash journal, measures
 executables beside the controls with ``measure.py``'s protocol, and times a
-candidate against the default in interleaved pairs. ``Rounds`` plays the rounds of
+candidate against the default in interleaved pairs, as many as the sequential test
+asks for (``Bench.verify``, ``decide.Sequential``). ``Rounds`` plays the rounds of
 ``policy.plan`` with a picker (``pickers.py``) and makes the final choice
-(``Rounds.decide``, by ``decide.py``: Mann-Whitney and a minimum gain). jax is
+(``Rounds.decide``: each of ``policy.finalists`` verified, the fastest kept). jax is
 imported by the calls that need it (``probe`` imports it), never at import.
 """
 
@@ -53,10 +54,11 @@ class TuneConfig:
     candidates: int = 256
     target: str | None = None  # default machine.target()
     controls: int = 2  # separately compiled copies of the default
-    confirm: int = 2  # best configs measured again before choosing
+    confirm: int | None = None  # configs verified at the end (policy.confirm(budget))
     min_gain: float = decide.MIN_GAIN  # a kept config is at least this much faster
-    alpha: float = decide.ALPHA  # and faster at this significance (Mann-Whitney)
-    repeats: int = decide.REPEATS  # interleaved pairs per finalist
+    alpha: float = decide.ALPHA  # and faster at this significance (signed ranks)
+    repeats: int = decide.MIN_PAIRS  # interleaved pairs per finalist at the first look
+    max_pairs: int = decide.MAX_PAIRS  # and at most (decide.Sequential)
     protocol: TimingProtocol = TUNE_PROTOCOL
     deadline: float | None = 30.0  # seconds per service call
     # A config whose output differs more from the default's (max |diff| / max |ref|
@@ -64,6 +66,10 @@ class TuneConfig:
     max_rel_diff: float = 1e-3
     # Where each program's crash journal lives (default ``default_crash_dir()``).
     crash_dir: Path | None = None
+    # Ask the service what the fleet decided for this program first (``reuse.py``);
+    # reuse a decision only when this many distinct writers made it.
+    reuse: bool = True
+    min_writers: int = 1
 
     def __post_init__(self) -> None:
         if self.strategy not in ("model", "random"):
@@ -75,10 +81,19 @@ class TuneConfig:
             )
         if not 2 <= self.controls <= 4:
             raise ValueError("controls must be 2..4: their disagreement is the noise")
-        if self.confirm < 1:
+        if self.confirm is not None and self.confirm < 1:
             raise ValueError("confirm must be >= 1")
         if self.repeats < 2:
             raise ValueError("repeats must be >= 2: a test needs a sample")
+        if self.max_pairs < self.repeats:
+            raise ValueError("max_pairs must be >= repeats")
+        if self.min_writers < 1:
+            raise ValueError("min_writers must be >= 1")
+
+    @property
+    def finalists(self) -> int:
+        """How many configs the final decision verifies."""
+        return policy.confirm(self.budget) if self.confirm is None else self.confirm
 
     def plan(self) -> list[policy.Round]:
         """The rounds (``policy.plan``): the portfolio first, then the ranking."""
@@ -108,6 +123,7 @@ class Measured:
     vs_default: float
     executable: Any  # dropped once it cannot be among the best any more
     final_ns: int | None = None  # median of its times in the final pairs
+    final_default_ns: int | None = None  # and of the default's in the same pairs
     verdict: decide.Verdict | None = None  # the final comparison with the default
 
 
@@ -182,22 +198,51 @@ class Bench:
         return [int(v) for v in medians[: len(executables)]], int(np.median(controls))
 
     def pairs(self, executable: Any, repeats: int) -> tuple[list[int], list[int]]:
-        """``repeats`` interleaved pairs: the default (the controls in turn) and the
-        candidate in a random order, each run once untimed then ``runs`` times,
-        keeping the minimum. Returns (default ns, candidate ns), pair by pair."""
-        runs = self.cfg.protocol.runs
+        """``repeats`` interleaved pairs (``pair``). Returns (default ns, candidate
+        ns), pair by pair."""
         candidate = _runner(executable, self.args)
         controls = [_runner(c, self.args) for c in self.controls]
-        default_ns, candidate_ns = [], []
-        for i in range(repeats):
-            pair = [controls[i % len(controls)], candidate]
-            times = [0, 0]
-            for k in self.rng.permutation(2):
-                pair[k]()
-                times[k] = min(time_once(pair[k]) for _ in range(runs))
-            default_ns.append(times[0])
-            candidate_ns.append(times[1])
-        return default_ns, candidate_ns
+        timed = [
+            self.pair(controls[i % len(controls)], candidate) for i in range(repeats)
+        ]
+        return [d for d, _ in timed], [c for _, c in timed]
+
+    def pair(
+        self, default: Callable[[], object], candidate: Callable[[], object]
+    ) -> tuple[int, int]:
+        """One interleaved pair: the default and the candidate in a random order,
+        each run once untimed then ``runs`` times, keeping the minimum (ns)."""
+        pair, times = [default, candidate], [0, 0]
+        for k in self.rng.permutation(2):
+            pair[k]()
+            times[k] = min(time_once(pair[k]) for _ in range(self.cfg.protocol.runs))
+        return times[0], times[1]
+
+    def verify(
+        self, executable: Any, *, reuse: bool = False
+    ) -> tuple[decide.Verdict, list[int], list[int]]:
+        """``executable`` against the default (the controls in turn), one pair at a
+        time until ``decide.Sequential`` decides: the verdict and the paired
+        default and candidate ns. ``reuse``: a stored decision on trial
+        (``Sequential(hold=True)`` with ``REUSE_MIN_GAIN``): kept unless shown slower."""
+        cfg = self.cfg
+        test = decide.Sequential(
+            cfg.alpha,
+            decide.REUSE_MIN_GAIN if reuse else cfg.min_gain,
+            cfg.repeats,
+            cfg.max_pairs,
+            hold=reuse,
+        )
+        candidate = _runner(executable, self.args)
+        controls = [_runner(c, self.args) for c in self.controls]
+        default_ns: list[int] = []
+        candidate_ns: list[int] = []
+        while not test.done:
+            d, c = self.pair(controls[len(default_ns) % len(controls)], candidate)
+            default_ns.append(d)
+            candidate_ns.append(c)
+            test.add(d, c)
+        return test.final(), default_ns, candidate_ns
 
     def _probe(self, options: list[Options]) -> list[dict[str, Any]]:
         from xla_costmodel.clients.xla import probe
@@ -226,6 +271,7 @@ class Rounds:
         self.failed: list[dict[str, Any]] = []
         self.rounds: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.pairs = 0  # interleaved pairs the final decision spent
         if len(self.tried) > 1:
             self.notes.append(
                 f"left out {len(self.tried) - 1} config(s) that crashed an earlier "
@@ -276,6 +322,37 @@ class Rounds:
             )
         return ""
 
+    def verify(self, row: int, options: Options) -> Measured | None:
+        """Compile ``row`` alone and compare it with the default in interleaved
+        pairs (a stored decision, checked before any search); None if it did not
+        compile. Counts as one config of the budget."""
+        entry = self.bench.compile([config_key(self.rows[row])], [options])[0]
+        self.tried.add(row)
+        if entry["executable"] is None:
+            self.failed.append({"compiler_options": options, "error": entry["error"]})
+            return None
+        # Sequential, with the stored decision on trial (Bench.verify's reuse).
+        verdict, d, c = self.bench.verify(entry["executable"], reuse=True)
+        self.pairs += len(d)
+        dn, cn = int(np.median(d)), int(np.median(c))
+        return Measured(
+            row,
+            0,
+            cn,
+            cn / dn,
+            entry["executable"],
+            final_ns=cn,
+            final_default_ns=dn,
+            verdict=verdict,
+        )
+
+    def adopt(self, m: Measured) -> None:
+        """Count ``m``, measured before the rounds (a stored decision that was
+        checked first), as one of the run's measured configs."""
+        self.tried.add(m.row)
+        self.measured.append(m)
+        self._keep_best()
+
     def _measure(self, r: int, picks: list[int]) -> tuple[list[Measured], int]:
         options = [xla_cpu.to_options(self.rows[i]) for i in picks]
         compiled = self.bench.compile(
@@ -303,32 +380,36 @@ class Rounds:
     def _keep_best(self) -> None:
         """Only the best few can still be chosen: free the other executables."""
         ranked = sorted(self.measured, key=lambda m: m.vs_default)
-        for m in ranked[self.bench.cfg.confirm :]:
+        for m in ranked[self.bench.cfg.finalists :]:
             m.executable = None
 
     def decide(self) -> tuple[Measured | None, int, float]:
-        """Time the best few against the default in interleaved pairs and keep the
-        fastest that ``decide.decide`` accepts: the chosen config (None: the
-        default), the default's runtime (median of its paired times) and the
-        controls' worst disagreement over the run (the noise, for the report)."""
+        """Verify ``policy.finalists`` against the default (``Bench.verify``: as many
+        interleaved pairs as the test needs) and keep the fastest kept one: the
+        chosen config (None: the default), the default's runtime (median of its
+        paired times) and the controls' worst disagreement over the run (the noise,
+        for the report). ``pairs`` counts the pairs spent."""
         cfg = self.bench.cfg
-        best = [
-            m for m in self.measured if m.executable is not None and m.vs_default < 1
-        ]
-        best = sorted(best, key=lambda m: m.vs_default)[: cfg.confirm]
+        alive = {m.row: m for m in self.measured if m.executable is not None}
+        rows = policy.finalists(
+            {r: m.vs_default for r, m in alive.items()}, cfg.finalists
+        )
+        best = [alive[r] for r in rows]
         self.log(
-            f"final: {len(best)} config(s) against the default, {cfg.repeats} pairs each"
+            f"final: {len(best)} config(s) against the default, "
+            f"{cfg.repeats} to {cfg.max_pairs} pairs each"
         )
         noise = max([0.0, *self.bench.noises])
         if not best:
             _, default_ns = self.bench.measure([])
             return None, default_ns, noise
-        timed = [self.bench.pairs(m.executable, cfg.repeats) for m in best]
-        k, verdicts = decide.decide(
-            [d for d, _ in timed], [c for _, c in timed], cfg.alpha, cfg.min_gain
-        )
-        for m, (_, c), v in zip(best, timed, verdicts, strict=True):
-            m.final_ns = int(np.median(c))
-            m.verdict = v
-        default_ns = int(np.median(timed[0 if k is None else k][0]))
+        defaults, verdicts = [], []
+        for m in best:
+            verdict, d, c = self.bench.verify(m.executable)
+            m.verdict, m.final_ns = verdict, int(np.median(c))
+            self.pairs += len(d)
+            defaults.append(d)
+            verdicts.append(verdict)
+        k = decide.best(verdicts)
+        default_ns = int(np.median(defaults[0 if k is None else k]))
         return (None if k is None else best[k]), default_ns, noise

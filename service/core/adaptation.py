@@ -10,7 +10,8 @@ when it changed, so a measurement stored through any replica reaches every
 replica's ranking within that bound. The
 ranking itself is composed by ``xla_costmodel.tpugraphs.blend`` (the artifact's
 prior, the target's knowledge, this fit), which calls the ``fitter``: per-writer
-shares of ``xla_costmodel.tpugraphs.adapt.fit`` (``shares.py``), cached per
+shares of ``xla_costmodel.tpugraphs.adapt.fit`` (``shares.py``: per writer, and per
+compiler, another compiler's rows at reduced weight), cached per
 (model, version, target, graph) with the generation and ``tag`` (the target
 knowledge's version: the combined prior the fit shrinks toward changes with it).
 A database failure means no adaptation: logged and counted, never an error.
@@ -57,6 +58,11 @@ class Observed:
     runtimes_ns: npt.NDArray[np.int64]
     writers: tuple[str | None, ...]
     distinct: int  # distinct configs: counted once per generation, not per rank
+    compilers: tuple[str | None, ...] = ()  # per row; None: unknown
+
+    def newest_compiler(self) -> str | None:
+        """The compiler of the newest row that names one (rows in id order)."""
+        return next((c for c in reversed(self.compilers) if c is not None), None)
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,7 @@ class Adaptation:
                     rows.runtimes_ns,
                     tuple(rows.writers),
                     distinct,
+                    tuple(rows.compilers),
                 )
                 self._rows.put(key, found)
         except StoreError as exc:
@@ -131,12 +138,14 @@ class Adaptation:
         gid: str,
         observed: Observed,
         tag: tuple[object, ...],
+        compiler: str | None = None,
     ) -> Callable[[F32, F64, Callable[[], F64]], Adapter | Shared]:
         """``blend``'s fit for this graph: the cached adapter while the
-        measurements and ``tag`` are unchanged (the prior of the measured configs
+        measurements, ``tag`` and ``compiler`` (the ranking's: rows of another
+        weigh less, ``shares.py``) are unchanged (the prior of the measured configs
         is not even computed then), else a fresh fit (timed)."""
         key = (runner.name, runner.version, target, gid)
-        full = (observed.generation, *tag)
+        full = (observed.generation, compiler, *tag)
 
         def fit(
             configs: F32, runtimes: F64, prior: Callable[[], F64]
@@ -147,7 +156,14 @@ class Adaptation:
             combined = prior().astype(np.float32)  # scores the measured configs
             start = time.perf_counter()
             # Each writer's rows fit alone, one share each (shares.py).
-            adapter = fit_by_writer(configs, runtimes, combined, observed.writers)
+            adapter = fit_by_writer(
+                configs,
+                runtimes,
+                combined,
+                observed.writers,
+                observed.compilers or None,
+                compiler,
+            )
             self.events.adaptation_fitted(
                 runner.name, time.perf_counter() - start, adapter.measurements
             )

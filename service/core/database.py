@@ -1,7 +1,13 @@
 """The measurement store as the service uses it: opened lazily, reopened after a
 failure, every blocking call in a worker thread.
 
-    Database.run(fn)      fn(store) in a thread; StoreUnavailable if it cannot run
+    Database.run(fn)                fn(store) in a thread; StoreUnavailable if it cannot run
+    Database.run(fn, writers=True)  the same on slots of the writers' own
+
+Two limiters bound the threads: anonymous work (ranking's reads, retention, the
+fleet's refresh) shares ``workers`` slots; feedback and token checks, which only a
+writer's request makes, get ``writer_workers`` that anonymous work cannot take, so a
+flood of anonymous requests queues behind itself, never in front of a writer.
 
 ``on_statement`` is called for every statement sent (the service counts them:
 ``costmodel_db_statements_total``; a rank of a known graph sends none).
@@ -36,6 +42,7 @@ class Database:
         url: str | Callable[[], str],
         workers: int = 4,
         retry_s: float = 2.0,
+        writer_workers: int = 2,
         on_statement: Callable[[], None] | None = None,
     ) -> None:
         # A callable is resolved at the first open: making the default SQLite
@@ -47,11 +54,15 @@ class Database:
         self._error = ""
         self._lock = threading.Lock()
         self._limiter = anyio.CapacityLimiter(workers)
+        self._writers = anyio.CapacityLimiter(writer_workers)
         self._on_statement = on_statement  # every statement sent (a metric's inc)
 
-    async def run(self, fn: Callable[[MeasurementStore], T]) -> T:
-        """``fn(store)`` in a worker thread."""
-        return await anyio.to_thread.run_sync(self.call, fn, limiter=self._limiter)
+    async def run(
+        self, fn: Callable[[MeasurementStore], T], *, writers: bool = False
+    ) -> T:
+        """``fn(store)`` in a worker thread; ``writers``: on the writers' slots."""
+        limiter = self._writers if writers else self._limiter
+        return await anyio.to_thread.run_sync(self.call, fn, limiter=limiter)
 
     def call(self, fn: Callable[[MeasurementStore], T]) -> T:
         """``fn(store)`` in this thread (blocking)."""

@@ -4,6 +4,11 @@
     measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``xla_costmodel.tpugraphs.metrics``)
     OnlineQuality                  running means per (model, version) since start
 
+Feedback is the one request that writes the database of record: it archives the
+graph it measured (held since its rank or upload) in the transaction that stores
+its rows, on the database slots reserved for writers. A writer over its quota hears
+so before its configs are scored (a cheap count; the transaction counts again).
+
 A request is acknowledged only once its transaction is committed (``xla_costmodel.service.store``:
 durable on SQLite and PostgreSQL). Anything that keeps it from the database is
 ``FeedbackUnavailable`` (503, nothing stored), so the client may resend it; with an
@@ -81,6 +86,7 @@ class FeedbackRequest:
     request_hash: str | None = None  # of the request as sent, compared on a resend
     ranking_id: str | None = None  # the rank answer config_indices point into
     writer: Writer | None = None  # authenticated (None: feedback auth off)
+    compiler: str | None = None  # the build measured under (None: unknown)
 
     def keyed(self, key: str, request_hash: str) -> FeedbackRequest:
         return replace(self, idempotency_key=key, request_hash=request_hash)
@@ -215,6 +221,7 @@ class FeedbackRecorder:
                 "target",
             )
         runtimes = self._runtimes(req.runtimes_ns)
+        await self._precheck(writer, len(runtimes))
         gid, configs, scores = await self._scored(runner, req)
         if len(configs) != len(runtimes):
             raise InvalidRequest(
@@ -240,6 +247,8 @@ class FeedbackRecorder:
             response=result.to_json(),
             writer=None if writer is None else writer.name,
             quota=None if writer is None else self.quota,
+            graph=await self.graphs.archive.pending(gid, runner.collection),
+            compiler=req.compiler,
         )
         with anyio.CancelScope(shield=True):  # once committed, always counted
             added = await self._add(batch)
@@ -277,15 +286,30 @@ class FeedbackRecorder:
             self.scorer.score, runner, embedding, checked, "configs", False
         )
 
+    async def _precheck(self, writer: Writer | None, rows: int) -> None:
+        """429 before any work if ``rows`` more would pass the writer's quota."""
+        quota = self.quota
+        if writer is None or quota is None:
+            return
+        try:
+            await self.db.run(
+                lambda s: s.writers.precheck(writer.name, rows, quota), writers=True
+            )
+        except WriterQuotaExceeded as exc:
+            raise QuotaExceeded(str(exc), exc.retry_after_s) from None
+        except StoreUnavailable:
+            pass  # storing says so, with the answer it owes
+
     async def _add(self, batch: MeasurementBatch) -> AddResult:
         try:
-            added = await self.db.run(lambda s: s.add_measurements(batch))
+            added = await self.db.run(lambda s: s.add_measurements(batch), writers=True)
         except UnknownGraph:
             self.graphs.forget(batch.graph_id)
             raise GraphNotFound(
-                f"graph {batch.graph_id} is not in the measurement database (it was "
-                "ranked while the database was unavailable): send the graph inline "
-                "with the feedback (graph or hlo)",
+                f"graph {batch.graph_id} is neither in the measurement database nor "
+                "held here (graphs ranked or uploaded are held best-effort until "
+                "feedback archives them): send the graph inline with the feedback "
+                "(graph or hlo)",
                 "graph_id",
             ) from None
         except IdempotencyKeyReused as exc:
@@ -301,6 +325,7 @@ class FeedbackRecorder:
                 "feedback not stored: the measurement database is unavailable; "
                 "retry later"
             ) from None
+        self.graphs.archive.stored(batch.graph_id)
         # Committed, not yet acknowledged: every process's caches hear of it
         # (this one's at once; the knowledge refresher wakes through its listener).
         await self.generations.wrote(batch.collection, batch.target, batch.graph_id)

@@ -1,8 +1,8 @@
 """The fleet's tuning gain: per model and target, what tuning found on every graph.
 
-    summarise(graphs) -> [TargetFleet]        pure: per-graph summaries -> per target
+    summarise(graphs, decisions) -> [TargetFleet]   pure: per-graph summaries -> per target
     FleetSnapshot.capped(n)                   at most n targets per model, the rest "other"
-    FleetGain.refresh() / .run(period_s)      one database query, then a new snapshot
+    FleetGain.refresh() / .run(period_s)      two database queries, then a new snapshot
 
 A graph counts as tuned once its default config was measured (``costmodel tune``
 measures it in every round); its gain is best / default, the fastest runtime measured
@@ -24,7 +24,7 @@ import contextlib
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -51,6 +51,7 @@ class TargetFleet:
     programs: int  # graphs with measurements
     measurements: int
     ratios: tuple[float, ...]  # best / default of each tuned graph
+    decisions: int = 0  # tuning decisions stored (``store/decisions.py``)
 
     @property
     def tuned(self) -> int:
@@ -92,23 +93,37 @@ class FleetSnapshot:
 EMPTY = FleetSnapshot(None, ())
 
 
-def summarise(graphs: Iterable[GraphSummary]) -> list[TargetFleet]:
-    """Per (model, target), sorted: programs, measurements, best/default per tuned graph."""
+def summarise(
+    graphs: Iterable[GraphSummary],
+    decisions: Mapping[tuple[str, str, str], int] | None = None,
+) -> list[TargetFleet]:
+    """Per (model, target), sorted: programs, measurements, best/default per tuned
+    graph, and ``decisions`` (per (model, collection, target)): a target with
+    decisions only is listed too."""
     groups: dict[tuple[str, str], list[GraphSummary]] = defaultdict(list)
+    collections: dict[tuple[str, str], str] = {}
     for graph in graphs:
         groups[graph.model, graph.target].append(graph)
+        collections[graph.model, graph.target] = graph.collection
+    decided: dict[tuple[str, str], int] = defaultdict(int)
+    for (model, collection, target), count in (decisions or {}).items():
+        decided[model, target] += count
+        collections.setdefault((model, target), collection)
     return [
         TargetFleet(
             model=model,
-            collection=rows[0].collection,
+            collection=collections[model, target],
             target=target,
-            programs=len({r.graph_id for r in rows}),
-            measurements=sum(r.measurements for r in rows),
+            programs=len({r.graph_id for r in groups[model, target]}),
+            measurements=sum(r.measurements for r in groups[model, target]),
             ratios=tuple(
-                r.best_ns / r.default_ns for r in rows if r.default_ns is not None
+                r.best_ns / r.default_ns
+                for r in groups[model, target]
+                if r.default_ns is not None
             ),
+            decisions=decided[model, target],
         )
-        for (model, target), rows in sorted(groups.items())
+        for model, target in sorted(collections)
     ]
 
 
@@ -120,6 +135,7 @@ def _merged(model: str, target: str, entries: Sequence[TargetFleet]) -> TargetFl
         programs=sum(e.programs for e in entries),
         measurements=sum(e.measurements for e in entries),
         ratios=tuple(r for e in entries for r in e.ratios),
+        decisions=sum(e.decisions for e in entries),
     )
 
 
@@ -136,11 +152,13 @@ class FleetGain:
         """Query the database once; on failure keep the last snapshot (False)."""
         try:
             graphs = await self.db.run(lambda store: store.graph_summaries())
+            decisions = await self.db.run(lambda store: store.decisions.counts())
         except StoreError as exc:
             self.events.store_error("fleet_summary")
             log.warning("fleet summary not refreshed", extra={"error": str(exc)})
             return False
-        self.snapshot = FleetSnapshot(datetime.now(UTC), tuple(summarise(graphs)))
+        targets = tuple(summarise(graphs, decisions))
+        self.snapshot = FleetSnapshot(datetime.now(UTC), targets)
         return True
 
     async def run(self, period_s: float) -> None:

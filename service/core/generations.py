@@ -5,6 +5,8 @@
     await gens.current(collection, target, gid, read)  the cached generation, or read()
     await gens.wrote(collection, target, gid)          after a commit, before the ack
     gens.on_change(listener)                           e.g. wake the knowledge refresher
+    gens.on_key_change(listener)                       per graph: e.g. the decision cache
+    gens.trust_s()                                     how long a value read now is trusted
 
 A generation is what the store answers for a key's measurements (count, newest id:
 ``MeasurementStore.generation``; ``gid=None``: the whole target's,
@@ -34,6 +36,12 @@ How a cached value stays fresh, and the staleness bound after ``wrote`` returns:
 A read that began before an invalidation of its key is returned but not cached
 (it may predate the write). Redis failures never fail a caller: they are logged,
 counted and only shorten the trust to ``freshness_s``.
+
+Messages are sealed with the service's key (``redis_store.Seal``): one that is not
+(anyone else with the Redis password), or a replay of a sealed one (an origin's
+sequence number not newer than its last, or sent more than ``REPLAY_WINDOW_S`` ago),
+is dropped and counted as a Redis integrity failure, so forged invalidations cannot
+make every process re-read the database.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, Protocol
 
 from redis.asyncio import Redis
@@ -53,16 +62,24 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from xla_costmodel.service.core.lru import LRU
+from xla_costmodel.service.core.redis_store import Forged, Seal
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "costmodel:measurements:v1"
 # The longest a cached generation is trusted without a notification (module doc).
 LIVE_TRUST_S = 60.0
+# Messages are sealed (``redis_store.Seal``), carry their origin's sequence number
+# and the time sent: one older than this (or not newer than its origin's last) is a
+# replay. Hosts' clocks must agree to well within it.
+REPLAY_WINDOW_S = 30.0
+ORIGINS = 4096  # publishers remembered (a process's origin lives as long as it)
 Generation = tuple[int, int]  # (count, newest id) of the measurements
 Key = tuple[str, str, str | None]  # collection, target, graph id (None: the target)
 # (collection, target) written; None: anything may have changed.
 Listener = Callable[[tuple[str, str] | None], None]
+# The key written (a graph's); None: anything may have changed.
+KeyListener = Callable[[Key | None], None]
 Source = Literal["local", "remote", "resubscribe"]
 ErrorOp = Literal["publish", "subscribe", "message"]
 _REDIS_ERRORS = (RedisError, OSError, TimeoutError)
@@ -75,6 +92,7 @@ class GenerationEvents(Protocol):
     def generation_invalidated(self, source: Source) -> None: ...
     def generation_subscription(self, live: bool) -> None: ...
     def generation_error(self, op: ErrorOp) -> None: ...
+    def redis_integrity_failure(self, kind: str) -> None: ...
 
 
 def is_alone(workers: int, ray: bool, database_url: str | None) -> bool:
@@ -84,11 +102,13 @@ def is_alone(workers: int, ray: bool, database_url: str | None) -> bool:
     return workers == 1 and not ray and sqlite
 
 
-async def announce(redis: Redis) -> None:
+async def announce(redis: Redis, seal: Seal | None = None) -> None:
     """Tell every subscribed process that measurements changed outside the service
-    (a purge): each drops every generation it cached. Raises ``RedisError``; for
-    tools, not the request path."""
-    await redis.publish(CHANNEL, _encode("announce", None, None, None))
+    (a purge): each drops every generation it cached. ``seal``: the service's
+    (``Settings.redis_seal_key``), else the processes drop it as forged. Raises
+    ``RedisError``; for tools, not the request path."""
+    message = _encode(seal, uuid.uuid4().hex, 1, None, None, None)
+    await redis.publish(CHANNEL, message)
 
 
 @dataclass
@@ -117,8 +137,13 @@ class Generations:
         heartbeat_s: float = 1.0,
         reconnect_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        seal: Seal | None = None,
     ) -> None:
         self.redis = redis
+        self.seal = seal  # None: messages unsealed (tests)
+        self._sent = 0  # this process's message sequence
+        # Each origin's newest sequence number heard: a replayed message is dropped.
+        self._heard: LRU[str, int] = LRU(ORIGINS)
         self.events = events
         self.freshness_s = freshness_s
         self.alone = alone
@@ -131,6 +156,7 @@ class Generations:
         self._entries: LRU[Key, _Entry] = LRU(entries)
         self._reads: dict[Key, set[_Read]] = {}
         self._listeners: list[Listener] = []
+        self._key_listeners: list[KeyListener] = []
         self._live = False
         self._task: asyncio.Task[None] | None = None
 
@@ -147,6 +173,19 @@ class Generations:
         (``(collection, target)``; None: anything may have changed). It runs in the
         event loop and must not block."""
         self._listeners.append(listener)
+
+    def on_key_change(self, listener: KeyListener) -> None:
+        """Like ``on_change``, with the graph: ``(collection, target, gid)``. For
+        caches of other per-graph data that ``wrote`` invalidates with the
+        generations (``core/decision_cache.py``)."""
+        self._key_listeners.append(listener)
+
+    def trust_s(self) -> float:
+        """How long a value read now may be trusted without a notification: the
+        staleness bound of the module doc, for caches that follow ``on_key_change``."""
+        if self._live or self.alone:
+            return self.live_trust_s
+        return self.freshness_s
 
     # -- the request path ---------------------------------------------------------
 
@@ -186,18 +225,13 @@ class Generations:
         if self.redis is None:
             return
         try:
-            await self.redis.publish(
-                CHANNEL, _encode(self._origin, collection, target, gid)
-            )
+            await self.redis.publish(CHANNEL, self._sealed(collection, target, gid))
         except _REDIS_ERRORS as exc:
             self.events.generation_error("publish")
             log.warning("generation not published", extra={"error": repr(exc)})
 
     def _trusted(self, entry: _Entry, now: float) -> bool:
-        age = now - entry.read_at
-        if self._live:
-            return age <= self.live_trust_s
-        return age <= (self.live_trust_s if self.alone else self.freshness_s)
+        return now - entry.read_at <= self.trust_s()
 
     def _invalidate(
         self, collection: str, target: str, gid: str, source: Source
@@ -208,7 +242,7 @@ class Generations:
             for pending in self._reads.get(key, ()):
                 pending.stale = True
         self.events.generation_invalidated(source)
-        self._notify((collection, target))
+        self._notify((collection, target, gid))
 
     def _drop_all(self, source: Source) -> None:
         self._entries = LRU(self.max_entries)
@@ -218,10 +252,13 @@ class Generations:
         self.events.generation_invalidated(source)
         self._notify(None)
 
-    def _notify(self, change: tuple[str, str] | None) -> None:
-        for listener in self._listeners:
+    def _notify(self, key: Key | None) -> None:
+        change = None if key is None else (key[0], key[1])
+        calls = [partial(f, change) for f in self._listeners]
+        calls += [partial(f, key) for f in self._key_listeners]
+        for call in calls:
             try:
-                listener(change)
+                call()
             except Exception:  # one listener's bug must not stop invalidation
                 log.exception("generation listener failed")
 
@@ -288,15 +325,28 @@ class Generations:
         elif kind == "message":
             self._message(message.get("data"))
 
+    def _sealed(self, collection: str, target: str, gid: str) -> bytes:
+        self._sent += 1
+        return _encode(self.seal, self._origin, self._sent, collection, target, gid)
+
     def _message(self, data: object) -> None:
         try:
-            origin, collection, target, gid = _decode(data)
+            origin, seq, collection, target, gid = _decode(self.seal, data)
+        except Forged:
+            # Not the service's: dropped, never "assume the worst" (a forger would
+            # flood every process with drop-everything).
+            self.events.redis_integrity_failure("message")
+            return
         except ValueError:
             self.events.generation_error("message")
-            self._drop_all("remote")  # unreadable: assume the worst
+            self._drop_all("remote")  # sealed but unreadable: assume the worst
             return
         if origin == self._origin:
             return  # invalidated locally before it was published
+        if seq <= (self._heard.get(origin) or 0):
+            self.events.redis_integrity_failure("replay")
+            return
+        self._heard.put(origin, seq)
         if collection is None or target is None or gid is None:
             self._drop_all("remote")  # an announcement
         else:
@@ -313,23 +363,38 @@ class _Silent(Exception):
 
 
 def _encode(
-    origin: str, collection: str | None, target: str | None, gid: str | None
+    seal: Seal | None,
+    origin: str,
+    seq: int,
+    collection: str | None,
+    target: str | None,
+    gid: str | None,
 ) -> bytes:
-    return json.dumps([origin, collection, target, gid]).encode()
+    sent_ms = int(time.time() * 1000)
+    body = json.dumps([origin, seq, sent_ms, collection, target, gid]).encode()
+    return body if seal is None else seal.seal(CHANNEL, body)
 
 
-def _decode(data: object) -> tuple[str, str | None, str | None, str | None]:
-    if not isinstance(data, bytes | str):
-        raise ValueError("not a string")
+def _decode(
+    seal: Seal | None, data: object
+) -> tuple[str, int, str | None, str | None, str | None]:
+    """Raises ``Forged`` (a bad seal, or sent outside ``REPLAY_WINDOW_S``: a replay),
+    ValueError (sealed but not a message)."""
+    if not isinstance(data, bytes):
+        raise Forged("not bytes") if seal is not None else ValueError("not bytes")
+    body = data if seal is None else seal.open(CHANNEL, data)
     try:
-        fields = json.loads(data)
-    except json.JSONDecodeError as exc:
+        fields = json.loads(body)
+    except ValueError as exc:
         raise ValueError(str(exc)) from None
     if (
         not isinstance(fields, list)
-        or len(fields) != 4
+        or len(fields) != 6
         or not isinstance(fields[0], str)
-        or not all(f is None or isinstance(f, str) for f in fields[1:])
+        or not all(type(f) is int for f in fields[1:3])
+        or not all(f is None or isinstance(f, str) for f in fields[3:])
     ):
-        raise ValueError("expected [origin, collection, target, gid]")
-    return fields[0], fields[1], fields[2], fields[3]
+        raise ValueError("expected [origin, seq, sent_ms, collection, target, gid]")
+    if abs(time.time() - fields[2] / 1000) > REPLAY_WINDOW_S:
+        raise Forged(f"sent {fields[2]} ms after the epoch: outside the window")
+    return fields[0], fields[1], fields[3], fields[4], fields[5]

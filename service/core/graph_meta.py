@@ -5,28 +5,44 @@ names a graph by id and keys its layouts by name needs a record kept with the gr
 the configurable nodes' ids, their names and tensor ranks when the graph arrived as
 HLO text, the ids alone when it arrived as arrays. Records live next to the
 embeddings, in a tiered cache (``xla_costmodel.service.core.tiered``): an in-process
-LRU, then Redis under ``costmodel:meta:v1:<graph_id>`` (JSON, the cache's TTL). Like
-the embedding cache, this is best-effort: a Redis failure is a miss, a log line and a
-metric.
+LRU, then Redis under ``costmodel:meta:v2:<graph_id>[:<names_id>]`` (JSON, the
+cache's TTL). Like the embedding cache, this is best-effort: a Redis failure is a
+miss, a log line and a metric.
 
-A named record is never replaced by an unnamed one (Redis ``SET NX`` for those), so
-uploading a module as arrays after its text does not forget the names. Two modules
-with identical arrays but different names share a graph_id; the last upload's names
-win.
+Two modules with identical arrays but different instruction names share a graph_id,
+so a record is keyed by the graph *and* its naming (``names_id``, a hash of the names
+in node order) and never replaced (``SET NX``): re-uploading a module with permuted
+names cannot re-map what another client's names mean. The namings a graph was
+uploaded with are a set (in memory, and ``costmodel:meta:v2:<graph_id>:namings`` in
+Redis, sealed members); ``get`` by id answers the one naming, or
+``GraphMetadataAmbiguous`` when there are several (the request then sends the module
+inline, whose own names are used). The unnamed record (ids alone, from arrays) is
+the answer only where no naming is known.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from xla_costmodel.service.core.lru import LRU
-from xla_costmodel.service.core.redis_store import RedisStore, meta_key
+from xla_costmodel.service.core.redis_store import (
+    CacheUnavailable,
+    RedisStore,
+    meta_key,
+    namings_key,
+)
 from xla_costmodel.service.core.tiered import CacheEvents, Codec, TieredCache
+from xla_costmodel.service.errors import GraphMetadataAmbiguous
 from xla_costmodel.tpugraphs.arrays import Graph
 
+log = logging.getLogger(__name__)
 MEMORY_BYTES = 32 << 20  # records are small: ids, names, ranks of configurable nodes
+NAMINGS = 65_536  # graphs whose namings this process remembers
+Key = tuple[str, str | None]  # graph id, names id (None: the unnamed record)
 
 
 class MetaError(ValueError):
@@ -38,6 +54,14 @@ class GraphMeta:
     node_config_ids: tuple[int, ...]
     names: tuple[str, ...] | None = None  # aligned with the ids; None: sent as arrays
     tensor_ranks: tuple[tuple[int, ...], ...] | None = None  # output, input, kernel
+
+    @property
+    def names_id(self) -> str | None:
+        """16 hex digits naming this naming of the graph (None: unnamed)."""
+        if self.names is None:
+            return None
+        text = json.dumps(self.names, separators=(",", ":")).encode()
+        return hashlib.sha256(text).hexdigest()[:16]
 
     @classmethod
     def of_graph(cls, graph: Graph) -> GraphMeta | None:
@@ -86,8 +110,17 @@ def _weigh(meta: GraphMeta) -> int:
     return len(meta.dumps())
 
 
-RECORDS: Codec[str, GraphMeta] = Codec(
-    meta_key, GraphMeta.dumps, GraphMeta.loads, "graph record", ops="meta_"
+def _meta_key(key: Key) -> str:
+    return meta_key(*key)
+
+
+RECORDS: Codec[Key, GraphMeta] = Codec(
+    _meta_key,
+    GraphMeta.dumps,
+    GraphMeta.loads,
+    "graph record",
+    ops="meta_",
+    kind="record",
 )
 
 
@@ -99,22 +132,57 @@ class GraphMetaStore:
         max_bytes: int = MEMORY_BYTES,
     ) -> None:
         self.tier = TieredCache(LRU(max_bytes, _weigh), redis, RECORDS, events)
+        self.events = events
+        self._namings: LRU[str, frozenset[str]] = LRU(NAMINGS)
 
     async def get(self, graph_id: str) -> GraphMeta | None:
-        """The graph's record, preferring a named one (another replica may have it)."""
-        found = self.tier.recall(graph_id)
-        if found is not None and found.names is not None:
-            return found
-        stored = await self.tier.fetch(graph_id)
-        if stored is not None and (found is None or stored.names is not None):
-            self.tier.memory.put(graph_id, stored)
-            return stored
-        return found
+        """The graph's one named record, else its unnamed one (None: neither is
+        known); ``GraphMetadataAmbiguous`` if it was uploaded with several namings."""
+        namings = (self._namings.get(graph_id) or frozenset()) | await self._shared(
+            graph_id
+        )
+        if len(namings) > 1:
+            raise GraphMetadataAmbiguous(
+                f"graph {graph_id} was uploaded with {len(namings)} different "
+                "namings of its instructions, so names in raw_configs are ambiguous "
+                "by graph_id: send the module inline as hlo",
+                "raw_configs",
+            )
+        for names_id in namings:
+            found = await self.tier.get((graph_id, names_id))
+            if found is not None:
+                return found[0]
+        found = await self.tier.get((graph_id, None))
+        return None if found is None else found[0]
 
     async def remember(self, graph_id: str, meta: GraphMeta) -> None:
-        """Keep ``meta`` unless an at least as good record is already kept here."""
-        kept = self.tier.memory.get(graph_id)
-        if kept is not None and (kept.names is not None or meta.names is None):
-            return
-        self.tier.memory.put(graph_id, meta)
-        await self.tier.store(graph_id, meta, nx=meta.names is None)
+        """Keep ``meta`` under its graph and naming; a kept record is never replaced."""
+        names_id = meta.names_id
+        key = (graph_id, names_id)
+        if names_id is not None:
+            known = self._namings.get(graph_id) or frozenset()
+            self._namings.put(graph_id, known | {names_id})
+        if self.tier.memory.get(key) is not None:
+            return  # same key, same record
+        self.tier.memory.put(key, meta)
+        await self.tier.store(key, meta, nx=True)
+        redis = self.tier.redis
+        if names_id is not None and redis is not None and redis.available:
+            try:
+                await redis.add_member(namings_key(graph_id), names_id.encode())
+            except CacheUnavailable as exc:
+                self.tier.failed("set", key, exc)
+
+    async def _shared(self, graph_id: str) -> frozenset[str]:
+        """The namings other processes uploaded (through Redis), best-effort."""
+        redis = self.tier.redis
+        if redis is None or not redis.available:
+            return frozenset()
+        try:
+            found, forged = await redis.members(namings_key(graph_id))
+        except CacheUnavailable as exc:
+            self.tier.failed("get", (graph_id, None), exc)
+            return frozenset()
+        for _ in range(forged):
+            self.events.redis_integrity_failure("record")
+        return frozenset(m.decode("ascii", "replace") for m in found)

@@ -1,11 +1,14 @@
 """Graphs as requests bring them: validated, featurized, archived and embedded.
 
     Graphs.graph(raw, runner) -> (graph, gid)       validate (HLO: featurize), keep
-                                                    its record, archive it
+                                                    its record, hold it for feedback
     Graphs.embed(runner, gid, graph) -> (embedding, source)   cached, else encoded
     Graphs.cached(runner, gid) -> (embedding, source)   by id alone; GraphNotFound
-    Graphs.known(runner, gid) -> (embedding, source)    by id, else from the archive
-    Graphs.raw_configs(raw, runner, gid)            raw configs against its record
+    Graphs.known(runner, gid) -> (embedding, source)    by id, else from the graph
+                                                        held or archived
+    Graphs.admit(raw, runner) -> (graph, gid, record)   ``graph``, with its own record
+    Graphs.raw_configs(raw, runner, gid, record)    raw configs against the request's
+                                                    own record, else the kept one
 
 HLO text is featurized, and large arrays checked, off the loop (pure Python, seconds
 for a big module); encoding runs in the scorer's bounded pool.
@@ -66,7 +69,18 @@ class Graphs:
         self, raw: RawGraph | HloText, runner: ArtifactRunner
     ) -> tuple[Graph, str]:
         """Validate (HLO text: featurize, always off the loop), keep its record, and
-        archive it in the measurement database on first sight (best-effort)."""
+        hold it for feedback (``admit``)."""
+        graph, gid, _ = await self.admit(raw, runner)
+        return graph, gid
+
+    async def admit(
+        self, raw: RawGraph | HloText, runner: ArtifactRunner
+    ) -> tuple[Graph, str, GraphMeta | None]:
+        """``graph``, and the record of the graph as this request sent it.
+
+        Validate (HLO text: featurize, always off the loop), keep its record, and
+        hold it for feedback (memory and Redis: never the database, which a
+        writer's feedback alone writes to)."""
         meta: GraphMeta | None
         if isinstance(raw, HloText):
             check_hlo_size(raw, self.limits)
@@ -85,8 +99,8 @@ class Graphs:
             await self.records.remember(gid, meta)
         if runner.manifest.spec.default_config is not None:  # knowledge needs one
             self.programs.remember(gid, graph.node_opcode)
-        await self.archive.keep(gid, runner.collection, graph)
-        return graph, gid
+        await self.archive.hold(gid, graph)
+        return graph, gid, meta
 
     async def embed(self, runner: ArtifactRunner, gid: str, graph: Graph) -> Found:
         """The graph's embedding: cached, else encoded in the pool (once per key)."""
@@ -110,13 +124,13 @@ class Graphs:
         return found
 
     async def known(self, runner: ArtifactRunner, gid: str) -> Found:
-        """The cached embedding, else one computed from the archived graph (feedback
-        reaching a replica or a restart that never ranked this graph)."""
+        """The cached embedding, else one computed from the graph held or archived
+        (feedback reaching a replica or a restart that never ranked this graph)."""
         try:
             return await self.cached(runner, gid)
         except GraphNotFound:
             try:
-                graph = await self.archive.load(gid)
+                graph = await self.archive.find(gid)
             except StoreError:
                 graph = None
             # A graph of the model's shape (archived by another collection's model
@@ -129,13 +143,23 @@ class Graphs:
             return await self.embed(runner, gid, graph)
 
     async def raw_configs(
-        self, raw: RawConfigs, runner: ArtifactRunner, gid: str
+        self,
+        raw: RawConfigs,
+        runner: ArtifactRunner,
+        gid: str,
+        sent: GraphMeta | None = None,
     ) -> npt.NDArray[np.float32]:
         """Raw configs as the model's config arrays, resolved against the graph's
-        record of its configurable nodes (layout)."""
+        record of its configurable nodes (layout): ``sent``, the request's own when
+        it has names (HLO sent inline: its names mean what its sender meant), else
+        the kept one (``GraphMetadataAmbiguous`` if uploads named it differently),
+        else ``sent`` (arrays: ids alone)."""
         meta = None
         if runner.spec.per_node:  # raw configs name the graph's configurable nodes
-            meta = await self.records.get(gid)
+            if sent is not None and sent.names is not None:
+                meta = sent
+            else:
+                meta = await self.records.get(gid) or sent
             if meta is None:
                 raise GraphMetadataNotFound(
                     f"no record of graph {gid}'s configurable nodes (it was cached "

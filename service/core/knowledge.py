@@ -12,6 +12,15 @@ Per (model, version, target) the service keeps one
 of the artifact's other targets at reduced trust. Collections without a default
 config (tile, layout) have none.
 
+Only targets that exist are fitted and kept: the artifact's seeded ones, those a
+writer was created for, and those with stored measurements (learned from
+``generations``' change notices, or checked by the refresher for a target a rank
+named). A rank naming any other string gets the model's unseen-target view, built
+once per model version, and nothing is fitted or cached for it: invented targets
+cannot evict the real ones' knowledge. Each writer's rows are read in its own window
+of the newest ``max_rows`` and become its own records (one vote per writer,
+``tpugraphs/knowledge.py``), each with the compiler it was measured under.
+
 Nothing here runs inside a rank: ``get`` reads what the refresher built last. The
 refresher, a task of the app's loop, wakes every ``period_s`` and at once when
 ``generations`` hears of a write by any process (``touch``), asks ``generations``
@@ -30,7 +39,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
@@ -42,7 +51,7 @@ from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.store import MeasurementStore, StoreError
-from xla_costmodel.service.store.records import StoredGraph
+from xla_costmodel.service.store.records import Measured, StoredGraph
 from xla_costmodel.tpugraphs import knowledge as kn
 from xla_costmodel.tpugraphs.collections import get as collection_spec
 
@@ -51,6 +60,9 @@ F64 = npt.NDArray[np.float64]
 Key = tuple[str, str, str]  # model, version, target
 SUMMARIES = 4096  # graph summaries kept (2 KiB each)
 MAX_TARGETS = 64  # (model, version, target) kept and polled per process
+# Targets a rank named that are not known to exist, checked (one indexed query
+# each) at the refresher's next tick; more are forgotten until named again.
+MAX_ASKED = 64
 
 
 class KnowledgeEvents(Protocol):
@@ -83,7 +95,7 @@ class TargetKnowledge:
     ) -> None:
         self.db = db
         self.generations = generations
-        generations.on_change(lambda _: self.touch())
+        generations.on_change(self._changed)
         self.events = events
         self.max_rows = max_rows
         self._entries: dict[Key, Entry] = {}
@@ -93,6 +105,9 @@ class TargetKnowledge:
         self._wanted: OrderedDict[Key, _Want] = OrderedDict()
         self._seeds: dict[tuple[str, str], dict[str, list[kn.ProgramRecord]]] = {}
         self._summaries: OrderedDict[str, F64] = OrderedDict()
+        self._known: set[tuple[str, str]] = set()  # (collection, target) that exist
+        self._writer_targets: frozenset[str] = frozenset()  # writers' allowed ones
+        self._asked: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._versions = 0
@@ -103,13 +118,19 @@ class TargetKnowledge:
         """The latest knowledge of (model, version, target); a target not fitted yet
         answers the model's seeds as an unseen target sees them (None before those
         were built, or for a collection without a default config) and is fitted by
-        the refresher next."""
+        the refresher next, if it exists (module docstring)."""
         if runner.manifest.spec.default_config is None:
             return None
         key = (runner.name, runner.version, target)
         found = self._entries.get(key)
         if key in self._wanted:
             self._wanted.move_to_end(key)
+        elif not self._exists(runner, target):
+            where = (runner.collection, target)
+            self._asked[where] = None  # checked at the next tick, never fitted here
+            self._asked.move_to_end(where)
+            while len(self._asked) > MAX_ASKED:
+                self._asked.popitem(last=False)
         else:
             self._wanted[key] = _Want(runner, target)
             self._wake.set()
@@ -132,6 +153,20 @@ class TargetKnowledge:
     def touch(self) -> None:
         """This process stored measurements: refresh now, not at the next tick."""
         self._wake.set()
+
+    def _changed(self, where: tuple[str, str] | None) -> None:
+        """``generations``' notice of a write: that target exists now; refresh."""
+        if where is not None:
+            self._known.add(where)
+        self.touch()
+
+    def _exists(self, runner: ArtifactRunner, target: str) -> bool:
+        seeds = self._seeds.get((runner.name, runner.version), {})
+        return (
+            target in seeds
+            or target in self._writer_targets
+            or (runner.collection, target) in self._known
+        )
 
     # -- the refresher ------------------------------------------------------------
 
@@ -178,13 +213,33 @@ class TargetKnowledge:
 
     async def refresh(self) -> None:
         """Fit every wanted (model, version, target) that is new or whose
-        measurements changed since its last fit."""
+        measurements changed since its last fit; first learn which targets exist."""
+        try:
+            await self._learn_targets()
+        except StoreError as exc:
+            self.events.store_error("knowledge")
+            log.warning("targets not checked", extra={"error": str(exc)})
         for key, want in list(self._wanted.items()):
             try:
                 await self._refresh(key, want)
             except StoreError as exc:
                 self.events.store_error("knowledge")
                 log.warning("target knowledge not refreshed", extra={"error": str(exc)})
+
+    async def _learn_targets(self) -> None:
+        """The writers' allowed targets, and whether the targets ranks asked for
+        since the last tick have measurements (one indexed query each)."""
+        found = await self.db.run(lambda s: s.writers.list())
+        self._writer_targets = frozenset(
+            t for w in found if w.revoked is None for t in w.targets or ()
+        )
+        asked, self._asked = list(self._asked), OrderedDict()
+        for collection, target in asked:
+            if (collection, target) in self._known:
+                continue
+            count, _ = await self.db.run(partial(_generation, collection, target))
+            if count:
+                self._known.add((collection, target))
 
     async def _refresh(self, key: Key, want: _Want) -> None:
         collection, target = want.runner.collection, want.target
@@ -202,23 +257,33 @@ class TargetKnowledge:
             rows = await self.db.run(
                 lambda s: s.target_measurements(collection, target, self.max_rows)
             )
-        for gid in [g for g in rows if g not in self._summaries]:
+        parts = _programs(rows)
+        for gid in {gid for gid, _, _ in parts if gid not in self._summaries}:
             stored = await self.db.run(partial(_load_graph, gid))
             if stored is not None:
                 self.remember(gid, stored.arrays["node_opcode"])
         default = _default_row(want.runner)
         records = []
-        for gid, measured in rows.items():
+        for gid, writer, compiler in parts:
             summary = self._summaries.get(gid)
             if summary is None:  # the graph is gone from the archive
                 continue
+            measured = rows[gid]
+            mine = [
+                i
+                for i, (w, c) in enumerate(
+                    zip(measured.writers, measured.compilers, strict=True)
+                )
+                if w == writer and c == compiler
+            ]
             found = kn.record(
                 gid,
                 summary,
-                measured.configs,
-                measured.runtimes_ns,
+                measured.configs[mine],
+                measured.runtimes_ns[mine],
                 default,
-                writers=measured.writers,
+                voter=writer or "",  # anonymous rows: one writer among the others
+                compiler=compiler,
             )
             if found is not None:
                 records.append(found)
@@ -237,7 +302,11 @@ class TargetKnowledge:
         if key not in self._seeds:
             spec = runner.manifest.knowledge
             found = {} if spec is None else kn.load_seeds(runner.path / spec.file)
-            self._seeds[key] = found
+            compilers = {} if spec is None else spec.compiler
+            self._seeds[key] = {
+                t: [replace(r, compiler=compilers.get(t)) for r in rs]
+                for t, rs in found.items()
+            }
         return self._seeds[key]
 
     def _fit(
@@ -265,6 +334,32 @@ class TargetKnowledge:
 
 def _load_graph(gid: str, store: MeasurementStore) -> StoredGraph | None:
     return store.load_graph(gid)
+
+
+def _generation(
+    collection: str, target: str, store: MeasurementStore
+) -> tuple[int, int]:
+    return store.target_generation(collection, target)
+
+
+def _programs(rows: dict[str, Measured]) -> list[tuple[str, str | None, str | None]]:
+    """(graph, writer, compiler) of every program the rows hold, oldest first (by
+    its newest row), each writer's newest ``MAX_WRITER_PROGRAMS`` only: the records
+    the fit would keep, so a flood of graphs is not even summarised."""
+    newest: dict[tuple[str, str | None, str | None], int] = {}
+    for gid, measured in rows.items():
+        for w, c, i in zip(
+            measured.writers, measured.compilers, measured.ids.tolist(), strict=True
+        ):
+            newest[(gid, w, c)] = max(i, newest.get((gid, w, c), i))
+    order = sorted(newest, key=lambda p: -newest[p])
+    per_writer: dict[str | None, int] = {}
+    kept = []
+    for part in order:
+        per_writer[part[1]] = per_writer.get(part[1], 0) + 1
+        if per_writer[part[1]] <= kn.MAX_WRITER_PROGRAMS:
+            kept.append(part)
+    return kept[::-1]
 
 
 def _default_row(runner: ArtifactRunner) -> npt.NDArray[np.float32]:

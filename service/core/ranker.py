@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.service.core.cache import Source
+from xla_costmodel.service.core.graph_meta import GraphMeta
 from xla_costmodel.service.core.graphs import Graphs
 from xla_costmodel.service.core.hlo import HloText
 from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
@@ -56,6 +57,8 @@ class RankRequest:
     target: str | None = None  # hardware to adapt to; default: the model's
     adapt: bool = True  # False: the model's prior alone
     portfolio: bool = False  # also answer the exploration order (blend.py)
+    client: str = ""  # whose budget remembers the batch (``core/clients.py``)
+    compiler: str | None = None  # to run under; None: the target's newest rows'
 
 
 @dataclass(frozen=True)
@@ -120,15 +123,16 @@ class Ranker:
                 f"top_k must be in [1, {self.limits.max_configs}]", "top_k"
             )
         graph: Graph | None = None
+        sent: GraphMeta | None = None  # the record of a graph sent inline
         if req.graph is not None:
-            graph, gid = await self.graphs.graph(req.graph, runner)
+            graph, gid, sent = await self.graphs.admit(req.graph, runner)
             embedding, source = await self.graphs.embed(runner, gid, graph)
         else:
             gid = str(req.graph_id)
             embedding, source = await self.graphs.cached(runner, gid)
         value = req.configs
         if isinstance(value, RawConfigs):
-            value = await self.graphs.raw_configs(value, runner, gid)
+            value = await self.graphs.raw_configs(value, runner, gid, sent)
         checked = check_configs(
             value, runner, embedding, req.configs_field, self.limits, graph
         )
@@ -147,13 +151,14 @@ class Ranker:
                 gid,
                 req.adapt,
                 req.portfolio,
+                req.compiler,
             )
             scores, adapted = shaped.scores, shaped.adapted
             portfolio, shaping = shaped.portfolio, shaped.shaping
         # Remember the batch as it came (int8 for layout), not its float32 copy.
         ranking_id = new_ranking_id()
         key = (runner.name, runner.version, gid, ranking_id)
-        self.recent.remember(key, checked, scores)  # Redis in the background
+        self.recent.remember(key, checked, scores, req.client)  # Redis: background
         ranking = stable_order(scores)
         k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
         return RankResult(

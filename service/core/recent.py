@@ -2,8 +2,12 @@
 version, graph_id, ranking_id), so feedback may name configs by index into the
 answer it means.
 
-    RecentRankings.remember(key, configs, scores)
+    RecentRankings.remember(key, configs, scores, client)
     RecentRankings.recall(key) -> (configs, scores) | None
+
+Each client (``core/clients.py``: the writer its token authenticates, else its
+address) may hold ``client_bytes`` of the in-process LRU: past that its own oldest
+batches go, so one client's churn of 8 MiB batches cannot evict every tuner's.
 
 Every answer has its own ``ranking_id`` (``new_ranking_id``: the time it was issued,
 then 80 random bits), so two tuners ranking the same graph never read each other's
@@ -30,7 +34,10 @@ import asyncio
 import json
 import secrets
 import struct
+import threading
 import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,7 +60,8 @@ ENTRY_OVERHEAD = 512  # tuple, key and array headers, on top of the array data
 # A background SET lands within a Redis round trip (the client's socket timeout is
 # 0.1 s by default); a feedback for a younger ranking that misses polls this long.
 WRITE_GRACE_S = 0.5
-POLL_S = 0.005
+POLL_S = 0.005  # the first wait; each next one doubles
+MAX_POLLS = 8  # 5 ms doubling covers the grace in 7 waits
 
 
 def new_ranking_id(now_s: float | None = None) -> str:
@@ -90,8 +98,11 @@ class RecentRankings:
         redis: RedisStore | None,
         events: CacheEvents,
         shared_bytes: int = 8 << 20,
+        client_bytes: int = 16 << 20,
     ) -> None:
-        codec = Codec(_key, _dumps, loads, "remembered ranking", ops="recent_")
+        codec = Codec(
+            _key, _dumps, loads, "remembered ranking", ops="recent_", kind="ranking"
+        )
         self.tier = TieredCache(LRU(max_bytes, _weigh), redis, codec, events)
         # Larger batches stay in this process: a SET much larger would not fit the
         # client's short socket timeout. A 1,965-config layout batch (int8) is 2.2 MB.
@@ -100,6 +111,7 @@ class RecentRankings:
         # SETs of several answers share one round trip (a pipeline).
         self._queue: list[tuple[Key, Scored]] = []
         self._writer: asyncio.Task[None] | None = None
+        self.budgets = ClientBudgets(self.tier.memory, client_bytes)
 
     @property
     def shared(self) -> bool:
@@ -107,10 +119,16 @@ class RecentRankings:
         return self.tier.redis is not None
 
     def remember(
-        self, key: Key, configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]
+        self,
+        key: Key,
+        configs: np.ndarray[Any, Any],
+        scores: npt.NDArray[np.float32],
+        client: str = "",
     ) -> None:
-        """Keep the batch here now; share it through Redis in the background."""
+        """Keep the batch here now (within ``client``'s budget); share it through
+        Redis in the background."""
         self.tier.memory.put(key, (configs, scores))
+        self.budgets.charge(client, key, _weigh((configs, scores)))
         capacity = self.tier.memory.capacity
         size = configs.nbytes + scores.nbytes
         shareable = size <= min(self.shared_bytes, capacity) and (
@@ -140,15 +158,64 @@ class RecentRankings:
             if abs(age) > WRITE_GRACE_S:  # long landed, or not an id issued here
                 age = WRITE_GRACE_S
             deadline = time.monotonic() + WRITE_GRACE_S - max(age, 0)
-            while found is None and time.monotonic() < deadline:
-                await asyncio.sleep(POLL_S)
+            # Doubling waits: anyone can send a fresh-looking id, and each costs at
+            # most ``MAX_POLLS`` GETs (a fixed step would be ~100).
+            wait, polls = POLL_S, 0
+            while found is None and polls < MAX_POLLS:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await asyncio.sleep(min(wait, left))
                 found = await self.tier.get(key)
+                wait, polls = 2 * wait, polls + 1
         return None if found is None else found[0]
 
     async def aclose(self) -> None:
         """Let the SETs in flight finish (before Redis closes)."""
         while self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
+
+
+@dataclass
+class _Book:
+    batches: OrderedDict[Key, int] = field(default_factory=OrderedDict)
+    used: int = 0
+
+
+class ClientBudgets:
+    """Per client, the batches it put in ``memory``, oldest first: past ``limit``
+    bytes its oldest leave ``memory`` (a batch over the whole limit is not kept).
+    Entries of batches the LRU evicted first are dropped as they come up; at most
+    ``clients`` books are kept (the least recent client's goes, its batches left to
+    the LRU)."""
+
+    def __init__(
+        self, memory: LRU[Key, Scored], limit: int, clients: int = 65_536
+    ) -> None:
+        self.memory = memory
+        self.limit = limit
+        self._books: LRU[str, _Book] = LRU(clients)
+        self._lock = threading.Lock()
+
+    def charge(self, client: str, key: Key, size: int) -> None:
+        with self._lock:
+            book = self._books.get(client)
+            if book is None:
+                book = _Book()
+                self._books.put(client, book)
+            book.batches[key] = size
+            book.used += size
+            while book.batches and (
+                book.used > self.limit or next(iter(book.batches)) not in self.memory
+            ):
+                old, weight = book.batches.popitem(last=False)
+                book.used -= weight
+                self.memory.discard(old)
+
+    def used(self, client: str) -> int:
+        """The bytes ``client``'s batches are charged (for tests and metrics)."""
+        book = self._books.get(client)
+        return 0 if book is None else book.used
 
 
 def dumps(configs: np.ndarray[Any, Any], scores: npt.NDArray[np.float32]) -> bytes:

@@ -31,6 +31,7 @@ from xla_costmodel.tpugraphs.arrays import make_graph
 from xla_costmodel.tpugraphs.spec import NODE_FEAT_DIM
 
 log = logging.getLogger(__name__)
+LOAD_FAILED = "failed to load (the service log has the cause)"
 
 
 class RegistryEvents(Protocol):
@@ -45,8 +46,15 @@ class ModelSlot:
     name: str
     versions: dict[str, ArtifactRunner] = field(default_factory=dict)  # oldest first
     current: ArtifactRunner | None = None
-    error: str | None = None
+    error: str | None = None  # the operator's: paths, onnxruntime's words
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def status(self) -> str | None:
+        """What anonymous clients may read of ``error`` (/readyz, 503 bodies): that
+        it failed, not the artifact's path or onnxruntime's text, which the log
+        and the admin's reload answer have."""
+        return None if self.error is None else LOAD_FAILED
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ class ModelRegistry:
             known = ", ".join(self._slots)
             raise ModelNotFound(f"unknown model {name!r} (serving: {known})", "model")
         if slot.current is None:
-            raise NotReady(f"model {name!r} is not loaded: {slot.error or 'loading'}")
+            raise NotReady(f"model {name!r} is not loaded: {slot.status or 'loading'}")
         if version is None:
             return slot.current
         runner = slot.versions.get(version)

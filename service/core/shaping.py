@@ -71,9 +71,11 @@ class Shaper:
         gid: str,
         adapt: bool,
         portfolio: bool,
+        compiler: str | None = None,
     ) -> Shaped:
         """The scores blended with what is known (``adapt``), and the exploration
-        order (``portfolio``); the prior as it is when nothing is."""
+        order (``portfolio``); the prior as it is when nothing is. ``compiler``: the
+        one the configs will run under (None: the target's newest rows')."""
         observed = entry = None
         if adapt:
             observed = await self.adaptation.observed(runner, target, gid)
@@ -93,6 +95,7 @@ class Shaper:
                 observed,
                 entry,
                 portfolio,
+                compiler,
             )
             shaping = Shaping(
                 b.target_programs,
@@ -115,8 +118,13 @@ class Shaper:
         observed: Observed | None,
         entry: KnowledgeEntry | None,
         portfolio: bool,
+        compiler: str | None,
     ) -> Blended:
         """``tpugraphs.blend``, in a worker thread."""
+        if compiler is None and entry is not None:
+            compiler = entry.knowledge.compiler  # the target's newest rows'
+        if compiler is None and observed is not None:
+            compiler = observed.newest_compiler()  # no knowledge: this graph's
 
         def prior_of(rows: F32) -> F32:
             return self.scorer.score(runner, embedding, rows, "", False)[1]
@@ -130,7 +138,7 @@ class Shaper:
                 observed.distinct,
             )
             tag = (None if entry is None else entry.version,)
-            fit = self.adaptation.fitter(runner, target, gid, observed, tag)
+            fit = self.adaptation.fitter(runner, target, gid, observed, tag, compiler)
         return blend(
             configs,
             prior,
@@ -143,4 +151,5 @@ class Shaper:
             min_measurements=self.adaptation.min_measurements,
             portfolio=portfolio,
             exclude=gid,
+            compiler=compiler,
         )

@@ -9,8 +9,11 @@ bounded in-process LRU, then Redis through a codec, best-effort.
 Redis is skipped while ``RedisStore`` cools down after a failure (``cache_bypass``).
 A failure, or bytes the codec refuses, is a miss plus a log line and a
 ``cache_error`` metric whose op is the tier's prefix and ``get``/``set``/``decode``
-(or a ``Rejected`` error's own op): never an error for the request. Hits and misses
-are counted for a ``counted`` tier only (the embedding cache's hit ratio).
+(or a ``Rejected`` error's own op): never an error for the request. A value whose
+seal does not verify (``redis_store.Forged``: written by someone else than the
+service) is a miss too, counted by the codec's ``kind`` as a Redis integrity failure.
+Hits and misses are counted for a ``counted`` tier only (the embedding cache's hit
+ratio).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
 from xla_costmodel.service.core.lru import LRU
-from xla_costmodel.service.core.redis_store import CacheUnavailable, RedisStore
+from xla_costmodel.service.core.redis_store import CacheUnavailable, Forged, RedisStore
 
 log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
@@ -36,6 +39,7 @@ class CacheEvents(Protocol):
     def cache_miss(self, level: Level) -> None: ...
     def cache_error(self, level: Level, op: str) -> None: ...
     def cache_bypass(self, level: Level) -> None: ...
+    def redis_integrity_failure(self, kind: str) -> None: ...
 
 
 class Rejected(ValueError):
@@ -56,6 +60,7 @@ class Codec(Generic[K, V]):
     loads: Callable[[bytes], V]
     what: str  # for the log line: "embedding", "graph record", ...
     ops: str = ""  # the metric's op prefix ("meta_": meta_get, meta_set, ...)
+    kind: str = "embedding"  # the integrity metric's label
 
 
 class TieredCache(Generic[K, V]):
@@ -108,6 +113,9 @@ class TieredCache(Generic[K, V]):
         except CacheUnavailable as exc:
             self.failed("get", key, exc)
             return None
+        except Forged as exc:
+            self.forged(key, exc)
+            data = None
         if data is None:
             if self.counted:
                 self.events.cache_miss("redis")
@@ -156,6 +164,14 @@ class TieredCache(Generic[K, V]):
             "%s %s failed; treating as a miss",
             self.codec.what,
             self.codec.ops + op,
+            extra={"cache_key": self.codec.key(key), "error": str(exc)},
+        )
+
+    def forged(self, key: K, exc: Forged) -> None:
+        self.events.redis_integrity_failure(self.codec.kind)
+        log.warning(
+            "%s in Redis not sealed by this service; treating as a miss",
+            self.codec.what,
             extra={"cache_key": self.codec.key(key), "error": str(exc)},
         )
 

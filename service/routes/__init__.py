@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from xla_costmodel.service.routes import feedback, graphs, health, models, rank, targets
+from xla_costmodel.service.routes import (
+    decisions,
+    feedback,
+    graphs,
+    health,
+    models,
+    rank,
+    targets,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -12,5 +20,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     graphs.router,
     rank.router,
     feedback.router,
+    decisions.router,
     targets.router,
 )

@@ -114,4 +114,5 @@ def _decode(body: bytes, content_type: str | None, rid: str | None) -> FeedbackR
         graph,
         req.target,
         ranking_id=req.ranking_id,
+        compiler=req.compiler,
     )

@@ -22,7 +22,7 @@ router = APIRouter(tags=["health"])
 def _check_ready(registry: RegistryDep) -> None:
     if not registry.ready:
         pending = [
-            f"{s.name} ({s.error or 'loading'})"
+            f"{s.name} ({s.status or 'loading'})"
             for s in registry.slots()
             if s.current is None
         ]
@@ -42,7 +42,7 @@ async def readyz(registry: RegistryDep) -> ReadyOut:
         s.name: ModelStatusOut(
             version=s.current.version if s.current else None,
             loaded_versions=list(s.versions),
-            error=s.error,
+            error=s.status,
         )
         for s in registry.slots()
     }

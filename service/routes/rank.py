@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pydantic_core
@@ -15,7 +16,7 @@ from xla_costmodel.service.codecs import (
     prefers_npz,
 )
 from xla_costmodel.service.core.ranker import RankResult
-from xla_costmodel.service.deps import RankerDep, SettingsDep
+from xla_costmodel.service.deps import ClientDep, RankerDep, SettingsDep
 from xla_costmodel.service.schemas import (
     NPZ_MEDIA_TYPE,
     RANK_NPZ_HEADERS,
@@ -50,7 +51,9 @@ _NPZ_ANSWER: dict[int | str, dict[str, Any]] = {
     },
     openapi_extra={**binary_body(RankIn), "parameters": query_parameters(RankQuery)},
 )
-async def rank(request: Request, ranker: RankerDep, settings: SettingsDep) -> Response:
+async def rank(
+    request: Request, ranker: RankerDep, settings: SettingsDep, client: ClientDep
+) -> Response:
     """Score configs (JSON or npz body); ``ranking`` lists all indices, best first."""
     q = parse_query(RankQuery, request.query_params)
     body = await read_body(request, settings.max_body_bytes)
@@ -63,13 +66,14 @@ async def rank(request: Request, ranker: RankerDep, settings: SettingsDep) -> Re
         q.target,
         q.adapt,
         q.portfolio,
+        q.compiler,
     )
     content_type = request.headers.get("content-type")
     req = await parse(
         decode_rank, body, content_type, params, settings.max_decoded_bytes
     )
     request.state.model = req.model
-    result = await ranker.rank(req)
+    result = await ranker.rank(replace(req, client=client))
     if prefers_npz(request.headers.get("accept")):
         return _npz_answer(result)
     return _json_answer(result)

@@ -13,8 +13,9 @@ router = APIRouter(prefix="/v1/targets", tags=["fleet"])
 
 @router.get("", response_model=TargetsOut, responses=error_responses(503))
 async def list_targets(fleet: FleetDep) -> TargetsOut:
-    """Programs, measurements and geometric-mean gain per model and target, from the
-    latest snapshot of the measurement database (never a query per request)."""
+    """Programs, measurements, tuning decisions and geometric-mean gain per model
+    and target, from the latest snapshot of the measurement database (never a
+    query per request)."""
     snapshot = fleet.snapshot
     return TargetsOut(
         as_of=snapshot.as_of,
@@ -26,6 +27,7 @@ async def list_targets(fleet: FleetDep) -> TargetsOut:
                 programs=t.programs,
                 tuned=t.tuned,
                 measurements=t.measurements,
+                decisions=t.decisions,
                 gain=t.gain,
             )
             for t in snapshot.targets

@@ -4,6 +4,11 @@ SQLite file by default, PostgreSQL for several replicas; see ``store.py`` for th
 ``engine.py`` for durability settings, ``migrate.py`` for schema upgrades.
 """
 
+from xla_costmodel.service.store.decisions import (
+    DecisionAdded,
+    DecisionRecord,
+    StoredDecision,
+)
 from xla_costmodel.service.store.engine import default_sqlite_url
 from xla_costmodel.service.store.errors import (
     IdempotencyKeyReused,
@@ -28,6 +33,8 @@ from xla_costmodel.service.store.writers import (
 
 __all__ = [
     "AddResult",
+    "DecisionAdded",
+    "DecisionRecord",
     "IdempotencyKeyReused",
     "Measured",
     "MeasurementBatch",
@@ -35,6 +42,7 @@ __all__ = [
     "Quota",
     "StoreError",
     "StoreUnavailable",
+    "StoredDecision",
     "StoredGraph",
     "UnknownGraph",
     "UnknownWriter",

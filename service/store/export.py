@@ -2,8 +2,12 @@
 
 One file per (collection, target, graph): ``<out>/<collection>/<target>/<graph>.npz``,
 with the graph's arrays in their canonical dtypes and one config per distinct measured
-config. A config measured several times gets the median of its runtimes (rounded to
-whole ns): measurements repeat and the median shrugs off one noisy run.
+config. A config measured several times gets the median over its writers of each
+writer's median runtime (rounded to whole ns): measurements repeat, the median shrugs
+off one noisy run, and one writer's flood of rows is one vote, like another writer's
+dozen. ``writers`` picks whose rows count, ``exclude`` whose do not; rows stored
+without a writer (feedback auth off, imports) go by the reserved name ``anonymous``,
+as in ``costmodel measurements purge``.
 
 Each file has its collection's keys (``xla_costmodel.tpugraphs.collections``): a
 collection with normalisers (tile, xla_cpu) also needs ``config_runtime_normalizers``,
@@ -17,7 +21,7 @@ files name their config encoding (xla_cpu) gets its ``config_spec``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ import numpy as np
 
 from xla_costmodel.service.store.records import Measured, StoredGraph
 from xla_costmodel.service.store.store import MeasurementStore
+from xla_costmodel.service.store.writers import ANONYMOUS
 from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.spec import CONFIG_SPEC_KEY
 
@@ -55,16 +60,26 @@ def export_dataset(
     out: Path,
     collection: str | None = None,
     target: str | None = None,
-    writer: str | None = None,
+    writers: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
 ) -> Iterator[ExportedFile | Skipped]:
     """Write one npz per measured (collection, target, graph); yields what it did.
-    With ``writer``, only the measurements that writer stored."""
-    for coll, tgt, graph_id in store.keys(collection, target, writer):
+    With ``writers``, only the measurements those writers stored; never those of
+    ``exclude`` (``ANONYMOUS``: the rows without a writer)."""
+    wanted = None if writers is None else set(writers) - set(exclude)
+    # One named writer: the store filters (an index), as before several could.
+    only = next(iter(wanted)) if wanted is not None and len(wanted) == 1 else None
+    only = None if only == ANONYMOUS else only
+    for coll, tgt, graph_id in store.keys(collection, target, only):
+        measured = _selected(
+            store.measurements(coll, tgt, graph_id, writer=only), wanted, exclude
+        )
+        if len(measured) == 0:  # only others' rows
+            continue
         graph = store.load_graph(graph_id)
         if graph is None:  # unreachable with the foreign key; kept for clarity
             yield Skipped(coll, tgt, graph_id, "graph not stored")
             continue
-        measured = store.measurements(coll, tgt, graph_id, writer=writer)
         try:
             arrays, configs = dataset_arrays(graph, measured, coll)
         except ValueError as exc:  # UnknownCollection too
@@ -88,7 +103,9 @@ def dataset_arrays(
     spec = get(collection or graph.collection)
     if len(measured) == 0:
         raise ValueError("no measurements")
-    configs, runtimes = _median_per_config(measured.configs, measured.runtimes_ns)
+    configs, runtimes = _median_per_config(
+        measured.configs, measured.runtimes_ns, measured.writers or None
+    )
     arrays: dict[str, np.ndarray[Any, Any]] = {
         "node_feat": np.asarray(g["node_feat"], dtype=np.float32),
         "node_opcode": np.asarray(g["node_opcode"], dtype=np.uint8),
@@ -120,10 +137,37 @@ def dataset_arrays(
     return arrays, int(configs.shape[0])
 
 
+def _selected(
+    measured: Measured, wanted: set[str] | None, exclude: Sequence[str]
+) -> Measured:
+    """The rows of the ``wanted`` writers (None: all) but ``exclude``'s."""
+    names = [ANONYMOUS if w is None else w for w in measured.writers]
+    keep = [
+        i
+        for i, w in enumerate(names)
+        if (wanted is None or w in wanted) and w not in exclude
+    ]
+    if len(keep) == len(names):
+        return measured
+    return Measured(
+        configs=measured.configs[keep],
+        runtimes_ns=measured.runtimes_ns[keep],
+        scores=measured.scores[keep],
+        ids=measured.ids[keep],
+        writers=tuple(measured.writers[i] for i in keep),
+        compilers=tuple(measured.compilers[i] for i in keep)
+        if measured.compilers
+        else (),
+    )
+
+
 def _median_per_config(
-    configs: np.ndarray[Any, Any], runtimes: np.ndarray[Any, Any]
+    configs: np.ndarray[Any, Any],
+    runtimes: np.ndarray[Any, Any],
+    writers: Sequence[str | None] | None = None,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Distinct configs in first-measured order, each with its median runtime."""
+    """Distinct configs in first-measured order, each with its median runtime (with
+    ``writers``, one per row: the median of each writer's median)."""
     flat = np.ascontiguousarray(configs.reshape(configs.shape[0], -1))
     _, first, inverse = np.unique(flat, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -133,9 +177,19 @@ def _median_per_config(
     group = rank[inverse]
     by_group = np.argsort(group, kind="stable")
     bounds = np.flatnonzero(np.diff(group[by_group])) + 1
-    medians = [np.median(part) for part in np.split(runtimes[by_group], bounds)]
+    who = np.asarray(["" if w is None else "w:" + w for w in writers or []])
+    parts = np.split(runtimes[by_group], bounds)
+    wparts = np.split(who[by_group], bounds) if len(who) else [None] * len(parts)
+    medians = [_pooled(part, w) for part, w in zip(parts, wparts, strict=True)]
     out = np.rint(np.array(medians, dtype=np.float64)).astype(np.int64)
     return np.ascontiguousarray(configs[np.sort(first)], dtype=np.float32), out
+
+
+def _pooled(runtimes: np.ndarray[Any, Any], writers: Any) -> float:
+    """The median of each writer's median (``writers`` None: of the runtimes)."""
+    if writers is None:
+        return float(np.median(runtimes))
+    return float(np.median([np.median(runtimes[writers == w]) for w in set(writers)]))
 
 
 def _component(name: str) -> str:

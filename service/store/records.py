@@ -20,15 +20,29 @@ MAX_LENGTHS = {
     "idempotency_key": 200,
     "request_hash": 64,
     "writer": 64,
+    "compiler": 128,
 }
 
 
 @dataclass(frozen=True)
 class Quota:
-    """At most ``rows`` measurements per writer in any ``window_s`` seconds."""
+    """At most ``rows`` measurements per writer in any ``window_s`` seconds, and
+    ``graph_bytes`` of the graphs it archives with them (0: no cap)."""
 
     rows: int
     window_s: int
+    graph_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GraphRow:
+    """A graph to archive with the measurements that need it (``arrays``: encoded)."""
+
+    graph_id: str
+    collection: str
+    arrays: bytes
+    num_nodes: int
+    first_seen: datetime
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,9 @@ class MeasurementBatch:
     response: dict[str, Any] | None = None
     writer: str | None = None  # who stored it (None: feedback auth off, or import)
     quota: Quota | None = None  # the writer's, checked in the storing transaction
+    # The graph, archived in the same transaction if the database lacks it.
+    graph: GraphRow | None = None
+    compiler: str | None = None  # the compiler measured under (None: unknown)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first thing wrong with the batch."""
@@ -97,6 +114,7 @@ class Measured:
     scores: np.ndarray[Any, Any]  # float32 [N], NaN where none
     ids: np.ndarray[Any, Any]  # int64 [N]
     writers: tuple[str | None, ...] = ()  # per row, when asked for
+    compilers: tuple[str | None, ...] = ()  # per row (None: unknown), when asked for
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -91,6 +92,7 @@ measurements = Table(
     Column("request_id", String(128), nullable=True),
     Column("source", String(16), nullable=False),
     Column("writer", String(64), nullable=True),  # writers.name; NULL: no auth
+    Column("compiler", String(128), nullable=True),  # NULL: unknown
     CheckConstraint("source IN ('feedback', 'import')", name="source"),
     CheckConstraint("runtime_ns > 0", name="runtime_positive"),
     Index("ix_measurements_key", "collection", "target", "graph_id", "id"),
@@ -115,4 +117,41 @@ feedback_keys = Table(
     Column("request_hash", String(64), nullable=False),
     Column("response", Text, nullable=True),  # JSON
     Column("created", UTCDateTime, nullable=False),
+)
+
+# What a tuner kept for a program (``decisions.py``); GET /v1/best reads it by graph.
+decisions = Table(
+    "decisions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("decided_at", UTCDateTime, nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("model_version", String(64), nullable=False),
+    Column("collection", String(64), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("compiler", String(128), nullable=True),  # NULL: unknown
+    # No foreign key: a decision may name a graph only ever ranked by id.
+    Column("graph_id", String(64), nullable=False),
+    # sha256 of the program's HLO text (tpugraphs.graph_id.hlo_fingerprint): how
+    # ``jit`` finds the decision without featurizing the program. NULL: not sent.
+    Column("hlo_fingerprint", String(64), nullable=True),
+    Column("config", LargeBinary, nullable=False),  # as measurements.config
+    Column("config_dtype", String(8), nullable=False),
+    Column("config_shape", String(64), nullable=False),
+    Column("compiler_options", Text, nullable=False),  # JSON object
+    Column("speedup", Float, nullable=False),
+    Column("speedup_low", Float, nullable=False),
+    Column("speedup_high", Float, nullable=True),
+    Column("p_value", Float, nullable=True),
+    Column("pairs", Integer, nullable=False),
+    Column("budget", Integer, nullable=False),
+    Column("strategy", String(16), nullable=False),
+    Column("kept_default", Boolean, nullable=False),
+    Column("writer", String(64), nullable=True),  # writers.name; NULL: no auth
+    Column("request_id", String(128), nullable=True),
+    CheckConstraint("speedup_low > 0 AND speedup_low <= speedup", name="speedup"),
+    CheckConstraint("pairs >= 0 AND budget >= 0", name="counts"),
+    Index("ix_decisions_target_graph_id", "target", "graph_id"),
+    Index("ix_decisions_target_hlo_fingerprint", "target", "hlo_fingerprint"),
+    sqlite_autoincrement=True,
 )

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
 from xla_costmodel.service.store import codec
+from xla_costmodel.service.store.decisions import DecisionTable
 from xla_costmodel.service.store.engine import WRITE, create_store_engine
 from xla_costmodel.service.store.errors import (
     IdempotencyKeyReused,
@@ -28,6 +29,7 @@ from xla_costmodel.service.store.errors import (
     UnknownGraph,
     translated,
 )
+from xla_costmodel.service.store.keys import replayed
 from xla_costmodel.service.store.migrate import check_current, upgrade
 from xla_costmodel.service.store.records import (
     AddResult,
@@ -37,7 +39,13 @@ from xla_costmodel.service.store.records import (
 )
 from xla_costmodel.service.store.schema import feedback_keys, graphs, measurements
 from xla_costmodel.service.store.summary import GraphSummary, graph_summaries
-from xla_costmodel.service.store.writers import WriterTable, check_quota
+from xla_costmodel.service.store.writers import (
+    WriterTable,
+    check_graph_bytes,
+    check_quota,
+    scoped_key,
+)
+from xla_costmodel.service.store.writers import lock as lock_writer
 
 
 class MeasurementStore:
@@ -48,6 +56,7 @@ class MeasurementStore:
         self._writer = engine.execution_options(**{WRITE: True})
         self._dialect = engine.dialect.name
         self.writers = WriterTable(self._transaction)
+        self.decisions = DecisionTable(self._transaction, self._insert_ignore)
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True) -> MeasurementStore:
@@ -118,24 +127,32 @@ class MeasurementStore:
     def add_measurements(self, batch: MeasurementBatch) -> AddResult:
         """Store a batch in one transaction, idempotently when it carries a key.
 
+        A writer's transactions are serialised (``writers.lock``) so its quotas
+        hold under concurrency; the batch's ``graph`` is archived here if the
+        database lacks it, within the writer's cap of archived bytes.
+
         Raises ``UnknownGraph`` (save the graph first), ``IdempotencyKeyReused`` (the
-        key came before with another request hash), ``ValueError`` for a malformed
-        batch, ``StoreUnavailable`` when the database cannot take it.
+        key came before with another request hash), ``WriterQuotaExceeded``,
+        ``ValueError`` for a malformed batch, ``StoreUnavailable`` when the database
+        cannot take it.
         """
         batch.validate()
         rows = _measurement_rows(batch)
+        quota = batch.quota if batch.writer is not None else None
         with self._transaction("storing measurements", write=True) as conn:
+            if batch.writer is not None:
+                lock_writer(conn, batch.writer)
             if batch.idempotency_key is not None:
                 seen = _replay(conn, batch)
                 if seen is not None:
                     return seen
             if not _graph_exists(conn, batch.graph_id):
-                raise UnknownGraph(f"graph {batch.graph_id} is not stored")
-            if batch.quota is not None and batch.writer is not None:
-                check_quota(conn, batch.writer, len(rows), batch.quota)
+                self._archive(conn, batch)
+            if quota is not None and batch.writer is not None:
+                check_quota(conn, batch.writer, len(rows), quota)
             if batch.idempotency_key is not None:
                 key_row = {
-                    "key": batch.idempotency_key,
+                    "key": scoped_key(batch.idempotency_key, batch.writer),
                     "request_hash": batch.request_hash or "",
                     "response": json.dumps(batch.response),
                     "created": datetime.now(UTC),
@@ -153,6 +170,22 @@ class MeasurementStore:
             except sa_exc.IntegrityError:  # the graph was pruned since the check
                 raise UnknownGraph(f"graph {batch.graph_id} is not stored") from None
         return AddResult(stored=len(rows), duplicate=False, response=None)
+
+    def _archive(self, conn: Connection, batch: MeasurementBatch) -> None:
+        """Store the batch's graph (``UnknownGraph`` if it brought none)."""
+        graph = batch.graph
+        if graph is None or graph.graph_id != batch.graph_id:
+            raise UnknownGraph(f"graph {batch.graph_id} is not stored")
+        if batch.quota is not None and batch.writer is not None:
+            check_graph_bytes(conn, batch.writer, len(graph.arrays), batch.quota)
+        row = {
+            "graph_id": graph.graph_id,
+            "collection": graph.collection,
+            "arrays": graph.arrays,
+            "num_nodes": graph.num_nodes,
+            "first_seen": graph.first_seen,
+        }
+        conn.execute(self._insert_ignore(graphs, "graph_id"), row)
 
     def generation(
         self, collection: str, target: str, graph_id: str
@@ -187,6 +220,7 @@ class MeasurementStore:
             m.runtime_ns,
             m.score,
             m.writer,
+            m.compiler,
         )
         where = [m.collection == collection, m.target == target, m.graph_id == graph_id]
         if writer is not None:
@@ -215,26 +249,31 @@ class MeasurementStore:
     def target_measurements(
         self, collection: str, target: str, limit: int
     ) -> dict[str, Measured]:
-        """The newest ``limit`` measurements of a (collection, target), per graph
+        """The newest ``limit`` measurements of each writer on a (collection,
+        target) (so one writer's flood cannot push the others' rows out), per graph
         (each graph's rows in id order); one query."""
         m = measurements.c
-        query = (
-            select(
-                m.id,
-                m.graph_id,
-                m.config,
-                m.config_dtype,
-                m.config_shape,
-                m.runtime_ns,
-                m.score,
-                m.writer,
-            )
-            .where(m.collection == collection, m.target == target)
-            .order_by(m.id.desc())
-            .limit(max(0, limit))
+        columns = (
+            m.id,
+            m.graph_id,
+            m.config,
+            m.config_dtype,
+            m.config_shape,
+            m.runtime_ns,
+            m.score,
+            m.writer,
+            m.compiler,
         )
+        newest = func.row_number().over(partition_by=m.writer, order_by=m.id.desc())
+        sub = (
+            select(*columns, newest.label("newest"))
+            .where(m.collection == collection, m.target == target)
+            .subquery()
+        )
+        query = select(*(sub.c[c.name] for c in columns))
+        query = query.where(sub.c.newest <= max(0, limit)).order_by(sub.c.id)
         with self._transaction("reading measurements") as conn:
-            rows = list(reversed(conn.execute(query).all()))
+            rows = list(conn.execute(query).all())
         by_graph: dict[str, list[Any]] = {}
         for r in rows:
             by_graph.setdefault(r.graph_id, []).append(r)
@@ -324,6 +363,7 @@ def _measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
         "request_id": batch.request_id,
         "source": batch.source,
         "writer": batch.writer,
+        "compiler": batch.compiler,
     }
     return [
         {**common, "config": blob, "runtime_ns": rt, "score": score}
@@ -332,8 +372,8 @@ def _measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
 
 
 def _measured(rows: list[Any]) -> Measured:
-    """Rows of (id, config, config_dtype, config_shape, runtime_ns, score, writer)
-    as arrays."""
+    """Rows of (id, config, config_dtype, config_shape, runtime_ns, score, writer,
+    compiler) as arrays."""
     configs = codec.decode_configs(
         [bytes(r.config) for r in rows],
         [r.config_dtype for r in rows],
@@ -346,6 +386,7 @@ def _measured(rows: list[Any]) -> Measured:
         scores=np.array(scores, dtype=np.float32),
         ids=np.array([r.id for r in rows], dtype=np.int64),
         writers=tuple(r.writer for r in rows),
+        compilers=tuple(r.compiler for r in rows),
     )
 
 
@@ -357,15 +398,15 @@ def _graph_exists(conn: Connection, graph_id: str) -> bool:
 def _replay(conn: Connection, batch: MeasurementBatch) -> AddResult | None:
     """The stored answer if the batch's key was seen (None if not); a different
     request under the same key is an ``IdempotencyKeyReused``."""
-    query = select(feedback_keys.c.request_hash, feedback_keys.c.response).where(
-        feedback_keys.c.key == batch.idempotency_key
-    )
-    row = conn.execute(query).first()
-    if row is None:
-        return None
-    if row.request_hash != (batch.request_hash or ""):
+    assert batch.idempotency_key is not None
+    key = scoped_key(batch.idempotency_key, batch.writer)
+    try:
+        seen = replayed(conn, key, batch.request_hash)
+    except IdempotencyKeyReused:  # named as the client sent it, not as stored
         raise IdempotencyKeyReused(
-            f"idempotency key {batch.idempotency_key!r} was used for a different request"
-        )
-    response = json.loads(row.response) if row.response is not None else None
-    return AddResult(stored=0, duplicate=True, response=response)
+            f"idempotency key {batch.idempotency_key!r} was used for a different "
+            "request"
+        ) from None
+    if seen is None:
+        return None
+    return AddResult(stored=0, duplicate=True, response=seen.response)

@@ -2,13 +2,25 @@
 
     WriterTable.create(name, targets) -> token   shown once; only its sha256 is kept
     WriterTable.authenticate(token) -> Writer | None   active writers only
-    WriterTable.revoke(name), .list(), .purge(name) -> rows deleted
+    WriterTable.revoke(name), .list(), .purge(name) -> rows deleted (ANONYMOUS: the
+                                                 rows stored without a token)
+    WriterTable.precheck(name, rows, quota)      the quota, before any work
+    lock(conn, writer)                           serialise one writer's transactions
     check_quota(conn, writer, rows, quota)       inside the storing transaction
+    check_graph_bytes(conn, writer, size, quota) likewise, for an archived graph
+    scoped_key(key, writer)                      an idempotency key, per writer
 
 A token is ``cmw_`` + 32 random bytes (``secrets``), so it is looked up by its hash
 alone: a table lookup by sha256 reveals nothing a timing attack could use, and a
 database dump holds no usable token. Revoking keeps the row (its name stays on its
-measurements); ``create`` may reuse a revoked name, with a new token.
+measurements); ``create`` may reuse a revoked name, with a new token, only once no
+measurement carries it (purge them first): else the new holder would inherit the
+old one's rows, its share in every fit and its quota.
+
+Quotas count rows, then insert: under PostgreSQL's READ COMMITTED, concurrent
+transactions of one writer would each count the others' rows as absent, so the
+storing transaction first takes a transaction-scoped advisory lock on the writer's
+name (``lock``). SQLite's writes are serialised already (BEGIN IMMEDIATE).
 """
 
 from __future__ import annotations
@@ -17,25 +29,33 @@ import hashlib
 import json
 import re
 import secrets
+import struct
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, func, select, update
+from sqlalchemy import Connection, Row, delete, exists, func, or_, select, update
 
 from xla_costmodel.service.store.errors import StoreError
 from xla_costmodel.service.store.records import Quota
-from xla_costmodel.service.store.schema import measurements, writers
+from xla_costmodel.service.store.schema import graphs, measurements, writers
 
 TOKEN_PREFIX = "cmw_"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# The rows stored without a token (``measurements.writer`` NULL), by the name purge
+# and export take: reserved, so no token can be created under it.
+ANONYMOUS = "anonymous"
 Transaction = Callable[..., AbstractContextManager[Connection]]
 
 
 class WriterExists(StoreError):
     """An active writer already has this name (revoke it first)."""
+
+
+class WriterNameInUse(WriterExists):
+    """A revoked writer's name still carried by measurements (purge them first)."""
 
 
 class UnknownWriter(StoreError):
@@ -79,6 +99,11 @@ class WriterTable:
                 f"writer name {name!r}: 1 to 64 of A-Z a-z 0-9 . _ -, "
                 "starting with a letter or digit"
             )
+        if name.lower() == ANONYMOUS:
+            raise ValueError(
+                f"writer name {name!r} is reserved: it names the rows stored "
+                "without a token"
+            )
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         row = {
             "name": name,
@@ -94,6 +119,7 @@ class WriterTable:
             if found is not None and found.revoked is None:
                 raise WriterExists(f"writer {name!r} exists (revoke it first)")
             if found is not None:
+                _refuse_if_measured(conn, name)
                 conn.execute(delete(writers).where(writers.c.name == name))
             conn.execute(writers.insert(), row)
         return token
@@ -124,16 +150,31 @@ class WriterTable:
             if conn.execute(query).first() is None:
                 raise UnknownWriter(f"no active writer {name!r}")
 
+    def precheck(self, name: str, rows: int, quota: Quota) -> None:
+        """``WriterQuotaExceeded`` if ``rows`` more would pass the quota now: one
+        indexed count, before a request pays for featurizing and scoring (the
+        storing transaction checks again, exactly)."""
+        with self._transaction("checking a quota") as conn:
+            check_quota(conn, name, rows, quota)
+
     def purge(self, name: str) -> int:
-        """Delete every measurement the writer stored; the rows deleted. Each
-        graph's measurement generation changes, so every replica refits."""
-        query = delete(measurements).where(measurements.c.writer == name)
+        """Delete every measurement the writer stored (``ANONYMOUS``: the rows
+        stored without a token); the rows deleted. Each graph's measurement
+        generation changes, so every replica refits."""
+        m = measurements.c
+        which = m.writer == name
+        if name == ANONYMOUS:  # and any row of a writer so named before it was
+            which = or_(m.writer.is_(None), which)
+        query = delete(measurements).where(which)
         with self._transaction("purging a writer's measurements", write=True) as conn:
             return int(conn.execute(query).rowcount or 0)
 
 
 def check_quota(conn: Connection, writer: str, rows: int, quota: Quota) -> None:
-    """``WriterQuotaExceeded`` if storing ``rows`` more would pass the writer's quota."""
+    """``WriterQuotaExceeded`` if storing ``rows`` more would pass the writer's quota
+    (none when ``quota.rows`` is 0)."""
+    if not quota.rows:
+        return
     now = datetime.now(UTC)
     since = now - timedelta(seconds=quota.window_s)
     m = measurements.c
@@ -149,6 +190,64 @@ def check_quota(conn: Connection, writer: str, rows: int, quota: Quota) -> None:
         f"{quota.window_s} s; {rows} more would pass its quota of {quota.rows}",
         max(1, int(wait) + 1),
     )
+
+
+def lock(conn: Connection, writer: str) -> None:
+    """Serialise the writer's storing transactions on PostgreSQL (released at
+    commit or rollback); a no-op on SQLite, whose writes are serialised already."""
+    if conn.dialect.name != "postgresql":
+        return
+    digest = hashlib.sha256(b"costmodel-writer\0" + writer.encode()).digest()
+    (key,) = struct.unpack(">q", digest[:8])  # advisory locks take a bigint
+    conn.execute(select(func.pg_advisory_xact_lock(key))).one()
+
+
+def check_graph_bytes(conn: Connection, writer: str, size: int, quota: Quota) -> None:
+    """``WriterQuotaExceeded`` if archiving ``size`` more bytes of graphs would pass
+    the writer's cap: the graphs first seen in the window that it measured there
+    (a graph is archived only with its first measurements, so these are what it
+    archived, and what others archived that it measured too: never less)."""
+    if not quota.graph_bytes:
+        return
+    since = datetime.now(UTC) - timedelta(seconds=quota.window_s)
+    g, m = graphs.c, measurements.c
+    measured = exists().where(
+        m.graph_id == g.graph_id, m.writer == writer, m.time >= since
+    )
+    query = select(func.coalesce(func.sum(func.length(g.arrays)), 0)).where(
+        g.first_seen >= since, measured
+    )
+    archived = int(conn.execute(query).scalar_one())
+    if archived + size <= quota.graph_bytes:
+        return
+    raise WriterQuotaExceeded(
+        f"writer {writer!r} archived {archived} bytes of graphs in the last "
+        f"{quota.window_s} s; this one ({size} bytes) would pass its cap of "
+        f"{quota.graph_bytes} (COSTMODEL_FEEDBACK_QUOTA_GRAPH_BYTES)",
+        quota.window_s,
+    )
+
+
+def scoped_key(key: str, writer: str | None) -> str:
+    """An idempotency key as stored: per writer, so one writer's key never
+    replays (or blocks) another's. Within 200 characters; the space keeps it
+    apart from every key a client can send (printable, no spaces)."""
+    if writer is None:
+        return key
+    return f"{writer} {hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def _refuse_if_measured(conn: Connection, name: str) -> None:
+    rows = conn.execute(
+        select(func.count()).where(measurements.c.writer == name)
+    ).scalar_one()
+    if rows:
+        raise WriterNameInUse(
+            f"writer {name!r} was revoked, but {rows} measurements still carry its "
+            "name: a new writer of that name would inherit them (their share in "
+            "every fit, and the quota). Purge them first (costmodel measurements "
+            f"purge --writer {name}) or choose another name"
+        )
 
 
 def _writer(row: Row[Any]) -> Writer:

@@ -29,7 +29,7 @@ from xla_costmodel.tpugraphs.configs import decode_layout, decode_tiles
 from xla_costmodel.tpugraphs.hlo import featurize_hlo
 
 REPO = Path(__file__).resolve().parents[2]
-HLO_DIR = REPO.parent / "shared" / "tpugraphs" / "hlo"
+HLO_DIR = REPO / "datasets" / "tpugraphs" / "hlo"
 TRANSFORMER = HLO_DIR / "jax" / "transformer_layer_infer.hlo.txt"
 TILE_TEXT = HLO_DIR / "tile" / "fusion.191_4ae805e53b8d2b8a.hlo.txt"
 UNET_TEXT = HLO_DIR / "unet_3d.4x4.bf16.hlo.txt"

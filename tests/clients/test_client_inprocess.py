@@ -31,6 +31,7 @@ async def app(tmp_path: Path) -> AsyncIterator[FastAPI]:
         model_dir=REPO / "models" / "artifacts",
         models=["tile", "layout"],
         data_dir=tmp_path / "data",
+        feedback_auth="off",  # in process nothing listens: auto would need tokens
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):

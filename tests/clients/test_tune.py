@@ -223,7 +223,8 @@ def test_the_config_is_checked_and_plans_the_policys_rounds() -> None:
     with pytest.raises(ValueError, match="repeats"):
         TuneConfig(repeats=1)
     assert TuneConfig(budget=8).plan() == policy.plan(8)
-    assert [r.size for r in TuneConfig(budget=2).plan()] == [1, 1]
+    assert [r.size for r in TuneConfig(budget=2).plan()] == [2]  # one round
+    assert [r.size for r in TuneConfig(budget=3).plan()] == [1, 1, 1]
 
 
 def test_configs_that_crashed_an_earlier_run_are_left_out(tmp_path: Path) -> None:
@@ -278,6 +279,10 @@ def test_the_command_tunes_a_file_at_random(tmp_path: Path) -> None:
     body = json.loads(result.stdout)
     assert set(body) >= REQUIRED
     assert (body["strategy"], body["budget"], body["seed"]) == ("random", 2, 1)
+    # Random never asks the service: nothing reused, nothing verified, and the
+    # compiler every runtime of the run was measured with.
+    assert body["reused"] is False and body["verified"] is None
+    assert body["compiler"].startswith("jaxlib ")
     assert not body["service_answered"] and body["default_ms"] > 0
     assert len(body["measured"]) + len(body["failed"]) == 2
     measured = [m["compiler_options"] for m in body["measured"]]

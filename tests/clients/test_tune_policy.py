@@ -69,3 +69,84 @@ def test_per_round_normalisation_ignores_a_round_the_whole_machine_ran_slow() ->
     assert np.median(slow, axis=1).tolist() == [20.0, 40.0, 10.0]  # raw: shifted
     ratios = normalised_medians(slow) / normalised_medians(slow)[0]
     assert ratios.tolist() == [1.0, 2.0, 0.5]  # normalised: relative speeds exact
+
+
+def _log_normal_pairs(speedup: float, noise: float, seed: int):  # type: ignore[no-untyped-def]
+    """``draw_pair`` for ``decide.sequential``: shared drift, ``noise`` on each."""
+    rng = np.random.default_rng(seed)
+
+    def draw() -> tuple[float, float]:
+        drift = 1 + noise * rng.standard_normal()
+        default = 10e6 * drift * (1 + noise * rng.standard_normal())
+        return default, 10e6 / speedup * drift * (1 + noise * rng.standard_normal())
+
+    return draw
+
+
+def test_the_sequential_decision_keeps_the_default_when_not_faster() -> None:
+    for speedup in (1.0, 0.97):
+        verdicts = [
+            decide.sequential(_log_normal_pairs(speedup, 0.02, seed))
+            for seed in range(300)
+        ]
+        false_wins = sum(v.kept for v in verdicts)
+        assert false_wins <= 0.05 * len(verdicts)
+        assert all(decide.MIN_PAIRS <= v.pairs <= decide.MAX_PAIRS for v in verdicts)
+
+
+def test_the_sequential_decision_confirms_a_3pct_gain_under_2pct_noise() -> None:
+    verdicts = [
+        decide.sequential(_log_normal_pairs(1.03, 0.02, seed)) for seed in range(200)
+    ]
+    confirmed = [v for v in verdicts if v.kept]
+    assert len(confirmed) >= 0.9 * len(verdicts)
+    assert all(v.pairs <= decide.MAX_PAIRS for v in verdicts)
+    assert all(v.speedup_low <= v.speedup <= v.speedup_high for v in verdicts)
+
+
+def test_a_clear_win_stops_at_the_first_look_and_a_clear_loss_early() -> None:
+    win = decide.sequential(_log_normal_pairs(1.5, 0.01, 0))
+    assert win.kept and win.pairs == decide.MIN_PAIRS and win.speedup_low > 1.3
+    loss = decide.sequential(_log_normal_pairs(0.7, 0.01, 0))
+    assert not loss.kept and loss.pairs == decide.MIN_PAIRS
+
+
+def test_sequential_add_reports_undecided_then_the_verdict() -> None:
+    test = decide.Sequential(min_pairs=3, max_pairs=5)
+    for candidate in (97.0, 101.0, 96.0, 99.0):  # 3 % faster at best: undecided
+        assert test.add(100.0, candidate) is None and not test.done
+    verdict = test.add(100.0, 98.0)  # the cap: the default stays
+    assert test.done and verdict is not None and not verdict.kept
+    assert verdict.pairs == 5 and test.final() == verdict
+
+
+def test_a_stored_decision_on_trial_holds_unless_shown_slower() -> None:
+    def trial(speedup: float, seed: int) -> decide.Verdict:
+        return decide.sequential(
+            _log_normal_pairs(speedup, 0.03, seed),
+            min_gain=decide.REUSE_MIN_GAIN,
+            hold=True,
+        )
+
+    assert sum(trial(1.02, s).kept for s in range(100)) >= 90
+    assert sum(trial(0.95, s).kept for s in range(100)) <= 5
+
+
+def test_the_signed_rank_p_and_the_median_interval() -> None:
+    from scipy.stats import wilcoxon
+
+    x = np.random.default_rng(3).standard_normal(15) + 0.4
+    expected = wilcoxon(x, alternative="greater", method="exact").pvalue
+    assert decide.signed_rank_p(x) == pytest.approx(expected)
+    assert decide.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few: min/max
+    low, high = decide.median_interval(np.arange(1.0, 21.0))
+    assert (low, high) == (6.0, 15.0)  # binomial order statistics, n = 20
+    at = decide.looks()
+    assert at[0] == decide.MIN_PAIRS and at[-1] == decide.MAX_PAIRS
+    assert sum(decide.spend(at)) == pytest.approx(decide.ALPHA)
+
+
+def test_finalists_are_the_fastest_under_the_ratio() -> None:
+    vs = {3: 0.9, 5: 1.1, 7: 0.95, 9: 0.8}
+    assert policy.finalists(vs, 2) == [9, 3]
+    assert policy.finalists({5: 1.1}, 2) == []

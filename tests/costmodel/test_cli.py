@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
+from xla_costmodel import cli
 from xla_costmodel.cli import COMMANDS, build_app
 from xla_costmodel.tpugraphs.arrays import make_graph
 
@@ -72,3 +76,36 @@ def test_featurize_reports_bad_text_with_its_line(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "line " in result.output
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_a_missing_requirement_is_one_line_naming_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "missing", lambda extra: ["scipy"] * (extra == "simulate"))
+    result = CliRunner().invoke(build_app(), ["simulate", "--quick"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "costmodel simulate needs onnxruntime, scipy: pip install "
+        "'xla-costmodel[train,xla]' (--quick: pip install onnxruntime scipy)"
+    ]
+
+
+def test_the_full_simulation_without_torch_names_the_train_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    find_spec = importlib.util.find_spec
+
+    def no_torch(name: str, *args: Any) -> Any:
+        return None if name == "torch" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", no_torch)
+    result = CliRunner().invoke(build_app(), ["simulate"])
+    assert result.exit_code == 1
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith(
+            "costmodel simulate needs the train extra for the model's prior: "
+            "pip install 'xla-costmodel[train]'"
+        )
+    )

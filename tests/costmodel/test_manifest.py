@@ -107,3 +107,36 @@ def test_versions_sort_numerically(tmp_path: Path) -> None:
         (tmp_path / "tile" / v).mkdir(parents=True)
     assert list_versions(tmp_path, "tile") == ["1", "2", "10"]
     assert list_versions(tmp_path, "layout") == []
+
+
+def test_version_folders_are_ascii_digits(tmp_path: Path) -> None:
+    # str.isdigit() took these; int() then failed on "²" (a 500 at load or reload).
+    for v in ("3", "²", "١٢", "4 ", "+5", "007"):
+        (tmp_path / "tile" / v).mkdir(parents=True)
+    (tmp_path / "tile" / "9").write_text("a file, not a version")
+    assert list_versions(tmp_path, "tile") == ["3", "007"]
+
+
+@pytest.mark.parametrize(
+    "file", ["../scorer.onnx", "/etc/passwd", "sub/encoder.onnx", "..", ".", "a b"]
+)
+def test_manifest_files_are_plain_names_inside_the_artifact(
+    tmp_path: Path, file: str
+) -> None:
+    data = _manifest(tmp_path).model_dump(mode="json")
+    data["encoder"]["file"] = file
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ArtifactError):
+        read_manifest(tmp_path, verify_files=False)
+
+
+def test_a_manifest_file_may_not_link_out_of_the_artifact(tmp_path: Path) -> None:
+    artifact = tmp_path / "tile" / "3"
+    artifact.mkdir(parents=True)
+    write_manifest(artifact, _manifest(artifact))
+    outside = tmp_path / "elsewhere.onnx"
+    outside.write_bytes((artifact / "encoder.onnx").read_bytes())
+    (artifact / "encoder.onnx").unlink()
+    (artifact / "encoder.onnx").symlink_to(outside)  # same bytes, same sha256
+    with pytest.raises(ArtifactError, match="not inside"):
+        read_manifest(artifact)

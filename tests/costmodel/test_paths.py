@@ -1,6 +1,6 @@
 """Checkout data is found from the working directory, or the command names the flag.
 
-Training reads ``../shared/tpugraphs`` and ``datasets/xla_cpu`` relative to where it
+Training reads ``datasets/tpugraphs`` and ``datasets/xla_cpu`` relative to where it
 runs (the repository root under ``make``), never relative to where the module lies: an
 installed package has neither beside it. The shipped artifacts are package data.
 """
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("module", "flag"),
     [
         ("xla_costmodel.models.xla_cpu_recipe", "--data"),
-        ("xla_costmodel.models.shipped", "--shared"),
+        ("xla_costmodel.models.shipped", "--data"),
     ],
 )
 def test_a_missing_default_names_the_flag(
@@ -30,7 +30,7 @@ def test_a_missing_default_names_the_flag(
 ) -> None:
     ran = subprocess.run(
         [sys.executable, "-m", module],
-        cwd=tmp_path,  # no datasets/ and no ../shared here
+        cwd=tmp_path,  # no datasets/ here
         capture_output=True,
         text=True,
         timeout=120,

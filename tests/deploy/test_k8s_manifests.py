@@ -4,6 +4,7 @@ other and with the code (routes, Settings, Dockerfile, graceful shutdown)."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +27,44 @@ Resource = dict[str, Any]
 @pytest.fixture(scope="module")
 def resources() -> list[Resource]:
     return render(K8S)
+
+
+def operator_secrets() -> list[Resource]:
+    """The Secrets ``create-secrets.sh`` creates, its random values made up here."""
+    script = (K8S / "create-secrets.sh").read_text().replace("\\\n", " ")
+    values = {"$db": "db-pw", "$admin": "admin-pw", "$cache": "redis-pw", "$seal": "k"}
+    made = []
+    for line in script.splitlines():
+        found = re.search(r"create secret generic ([\w-]+)(.*)", line)
+        if found is None:
+            continue
+        data = {}
+        for key, value in re.findall(r'--from-literal=([\w-]+)="([^"]*)"', found[2]):
+            for variable, fake in values.items():
+                value = value.replace(variable, fake)
+            data[key] = value
+        made.append(
+            {"kind": "Secret", "metadata": {"name": found[1]}, "stringData": data}
+        )
+    return made
+
+
+def test_the_base_ships_no_secret_value(resources: list[Resource]) -> None:
+    assert [r for r in resources if r["kind"] == "Secret"] == []
+    for path in K8S.glob("*.yaml"):
+        assert "change-me" not in path.read_text(), path
+    # Every Secret key a pod reads, the script creates (optional ones aside).
+    made = {
+        (s["metadata"]["name"], k) for s in operator_secrets() for k in s["stringData"]
+    }
+    for workload in resources:
+        if workload["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for container in pod_spec(workload)["containers"]:
+            for var in container.get("env", []):
+                ref = var.get("valueFrom", {}).get("secretKeyRef")
+                if ref and not ref.get("optional"):
+                    assert (ref["name"], ref["key"]) in made, ref
 
 
 def get(resources: list[Resource], kind: str, name: str) -> Resource:
@@ -68,7 +107,6 @@ def test_every_object_validates_strictly(resources: list[Resource]) -> None:
     kinds = {r["kind"] for r in resources}
     assert kinds == {
         "ConfigMap",
-        "Secret",
         "Deployment",
         "Service",
         "HorizontalPodAutoscaler",
@@ -199,6 +237,7 @@ def test_env_names_are_settings_fields_and_values_parse(
 ) -> None:
     """The container's environment (image ENV, ConfigMap, Secret) read by Settings."""
     container = server(resources)
+    resources = [*resources, *operator_secrets()]
     env = dict(dockerfile().env)
     for source in container["envFrom"]:
         env.update(get(resources, "ConfigMap", source["configMapRef"]["name"])["data"])
@@ -227,14 +266,35 @@ def test_env_names_are_settings_fields_and_values_parse(
         database.port
         == get(resources, "Service", "postgres")["spec"]["ports"][0]["port"]
     )
-    # ... with the user, password and database the PostgreSQL container creates.
-    (postgres,) = pod_spec(get(resources, "StatefulSet", "postgres"))["containers"]
+    # ... as the role initdb.sh creates in the PostgreSQL container: not the
+    # superuser, with its own password, owner of the database.
+    postgres_set = get(resources, "StatefulSet", "postgres")
+    (postgres,) = pod_spec(postgres_set)["containers"]
     pg_env = {v["name"]: v for v in postgres["env"]}
-    ref = pg_env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    password = get(resources, "Secret", ref["name"])["stringData"][ref["key"]]
-    assert database.username == pg_env["POSTGRES_USER"]["value"]
-    assert database.password == password
-    assert database.path == "/" + pg_env["POSTGRES_DB"]["value"]
+
+    def secret_of(var: str) -> str:
+        ref = pg_env[var]["valueFrom"]["secretKeyRef"]
+        return str(get(resources, "Secret", ref["name"])["stringData"][ref["key"]])
+
+    assert database.username != pg_env["POSTGRES_USER"]["value"]
+    assert database.password == secret_of("COSTMODEL_DB_PASSWORD")
+    assert database.password != secret_of("POSTGRES_PASSWORD")
+    init = get(resources, "ConfigMap", "costmodel-postgres-init")["data"]
+    (script,) = init.values()
+    assert script == (K8S.parent / "postgres" / "initdb.sh").read_text()
+    role = re.search(r"CREATE ROLE (\w+) LOGIN ([A-Z ]+)", script)
+    assert role is not None and role[1] == database.username
+    assert "NOSUPERUSER" in role[2]
+    assert f"CREATE DATABASE {database.path[1:]} OWNER {database.username}" in script
+    (volume,) = pod_spec(postgres_set)["volumes"]
+    assert volume["configMap"]["name"] == "costmodel-postgres-init"
+    assert volume["configMap"]["defaultMode"] & 0o111  # run, not sourced
+    assert {
+        "name": "init",
+        "mountPath": "/docker-entrypoint-initdb.d",
+        "readOnly": True,
+    } in postgres["volumeMounts"]
+    assert settings.redis_hmac_key is not None  # Redis values are sealed
     # The pod's CPU limit bounds the inference threads (os.cpu_count() would not).
     assert settings.inference_workers == int(container["resources"]["limits"]["cpu"])
     # Pods listen on every interface: feedback needs a writer's token.
@@ -242,7 +302,15 @@ def test_env_names_are_settings_fields_and_values_parse(
     # Redis asks for the password the service's URL carries (the same Secret).
     (cache,) = pod_spec(get(resources, "Deployment", "redis"))["containers"]
     args = cache["args"]
-    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    # No default user; the service's user, with the URL's password, has its keys
+    # and channel only.
+    assert args[args.index("--user") + 1 : args.index("--user") + 3] == [
+        "default",
+        "off",
+    ]
+    user = args.index(redis.username, args.index("--user") + 3)
+    assert args[user + 1 : user + 3] == ["on", ">$(REDIS_PASSWORD)"]
+    assert args[user + 3 : user + 5] == ["~costmodel:*", "&costmodel:*"]
     ref = {v["name"]: v for v in cache["env"]}["REDIS_PASSWORD"]["valueFrom"]
     key = ref["secretKeyRef"]
     redis_password = get(resources, "Secret", key["name"])["stringData"][key["key"]]

@@ -29,6 +29,8 @@ def make_settings(model_dir: Path, **overrides: Any) -> Settings:
         "data_dir": model_dir.parent / "data",  # a SQLite file per test
         "admin_token": ADMIN,
         "redis_cooldown_s": 0.0,
+        # In process nothing listens, so ``auto`` would require tokens (core/auth.py).
+        "feedback_auth": "off",
     }
     return Settings(**{**base, **overrides})
 

@@ -100,7 +100,7 @@ async def test_a_stored_measurement_round_trips(
 ) -> None:
     sample = kernel if model == "tile" else small_layout
     gid = await upload(fb, model, sample)
-    assert stored_graph_ids(db_url) == [gid]  # kept on first sight
+    assert stored_graph_ids(db_url) == []  # held for feedback, never archived
     configs = sample.configs[:6]
     scores = await rank(fb, model, gid, configs, adapt=False)
     runtimes = [int(r) for r in np.arange(6) * 7 + 100]
@@ -112,6 +112,7 @@ async def test_a_stored_measurement_round_trips(
     }
     r = await fb.post("/v1/feedback", json=body, headers={"x-request-id": "fb-1"})
     assert r.status_code == 200, r.text
+    assert stored_graph_ids(db_url) == [gid]  # archived with its measurements
     answer = r.json()
     want = measure(scores, runtimes)
     assert answer == {
@@ -547,12 +548,13 @@ async def test_feedback_carries_an_unseen_graph_inline(
 
 
 async def test_a_replica_that_never_saw_the_graph_takes_its_feedback(
-    make_client: AppClient, db_url: str, kernel: Sample
+    make_client: AppClient, db_url: str, kernel: Sample, redis_url: str
 ) -> None:
-    """Two apps on one database: the second loads the graph from the database."""
-    first = await make_client()
+    """Two apps on one database and one Redis: the second finds the graph the
+    first holds in Redis (an upload never writes the database)."""
+    first = await make_client(redis_url=redis_url)
     gid = await upload(first, "tile", kernel)
-    second = await make_client()
+    second = await make_client(redis_url=redis_url)
     payload = {
         "model": "tile",
         "graph_id": gid,
@@ -680,13 +682,17 @@ async def test_large_configs_are_stored_as_scored(
 
 
 async def test_replicas_on_postgresql_share_feedback_and_survive_its_restart(
-    make_client: AppClient, postgres_server: Any, postgres_url: str, unet: Sample
+    make_client: AppClient,
+    postgres_server: Any,
+    postgres_url: str,
+    unet: Sample,
+    redis_url: str,
 ) -> None:
     """Two apps on one real PostgreSQL: feedback through one adapts the other's
     rankings; a PostgreSQL outage is 503 for feedback (nothing stored) and the prior
     alone for rankings; after the restart the resend is stored and adaptation is back."""
-    first = await make_client(database_url=postgres_url)
-    second = await make_client(database_url=postgres_url)
+    first = await make_client(database_url=postgres_url, redis_url=redis_url)
+    second = await make_client(database_url=postgres_url, redis_url=redis_url)
     gid = await upload(first, "layout", unet)
     order = np.random.default_rng(0).permutation(unet.num_configs)
     fed, probe = order[:40], unet.configs[order[40:60]].tolist()
@@ -734,16 +740,19 @@ async def test_a_graph_missing_from_the_database_is_stored_again_on_upload(
     from an older backup): feedback by id is 404, and the client's re-upload stores it
     again instead of being skipped as already kept."""
     gid = await upload(fb, "tile", kernel)
-    engine = sa.create_engine(db_url)
-    with engine.begin() as conn:
-        conn.execute(sa.delete(graphs))
-    engine.dispose()
     payload = {
         "model": "tile",
         "graph_id": gid,
         "runtimes_ns": [3, 4],
         "configs": kernel.configs[:2].tolist(),
     }
+    r = await fb.post("/v1/feedback", json=payload)  # archives it
+    assert r.status_code == 200, r.text
+    engine = sa.create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.delete(measurements))
+        conn.execute(sa.delete(graphs))
+    engine.dispose()
     r = await fb.post("/v1/feedback", json=payload)
     assert r.status_code == 404 and r.json()["error"]["code"] == "graph_not_found"
     await upload(fb, "tile", kernel)

@@ -1,7 +1,8 @@
 """The rank path without a database round trip: a rank of a known graph whose
 measurements did not change sends no statement (counted by the service itself,
 ``costmodel_db_statements_total``), and a measurement acknowledged by one process
-shapes another's next rank within the stated bound (generations.py: ≤ 100 ms)."""
+shapes another's next rank through the Redis notification (the bound itself,
+``staleness_ms``, is measured by ``costmodel bench``, not asserted here)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from xla_costmodel.tpugraphs import xla_cpu
 
 pytestmark = pytest.mark.anyio
 CONFIGS = xla_cpu.sample(24, seed=3)
-BOUND_S = 0.1
+# Generous: a loaded 2-core CI machine; far below the 60 s fallback trust.
+WAIT_S = 10.0
 
 
 async def rank(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
@@ -84,20 +86,20 @@ async def test_a_rank_of_a_known_graph_sends_no_statement(
     assert (await rank(client, graph_id=gid))["adapted"] == 12
 
 
-async def test_another_process_sees_an_acknowledged_write_within_the_bound(
+async def test_another_process_sees_an_acknowledged_write_through_the_notification(
     make_client: AppClient, postgres_url: str, redis_url: str
 ) -> None:
-    shared = {"database_url": postgres_url, "redis_url": redis_url}
+    """Behaviour, not a bound (the bound is the bench's ``staleness_ms``): with the
+    fallback trust set to a minute, only the Redis notification can make ``b`` see
+    ``a``'s write within the test's generous wait."""
+    shared = {"database_url": postgres_url, "redis_url": redis_url, "freshness_s": 60.0}
     a, b = await make_client(**shared), await make_client(**shared)
     await live(a), await live(b)
     gid = (await rank(a, graph=program(11)))["graph_id"]
     assert (await rank(b, graph=program(11)))["adapted"] == 0  # b caches "nothing"
-    delays = []
-    for trial in range(4):  # 6 more measured configs each (above the minimum)
+    for trial in range(3):  # 6 more measured configs each (above the minimum)
         await feed(a, gid, slice(6 * trial, 6 * trial + 6), seed=trial)
         acked = time.monotonic()
         while (await rank(b, graph_id=gid))["adapted"] != 6 * trial + 6:
-            assert time.monotonic() - acked < 5, "b never saw the write"
-            await anyio.sleep(0.002)
-        delays.append(time.monotonic() - acked)
-    assert max(delays) <= BOUND_S, delays
+            assert time.monotonic() - acked < WAIT_S, "b never saw the write"
+            await anyio.sleep(0.01)

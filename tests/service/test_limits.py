@@ -18,9 +18,10 @@ from servicekit import NPZ, AppClient, graph_json, graph_npz, metric
 
 from xla_costmodel.procs import free_port
 from xla_costmodel.service.core import blob
-from xla_costmodel.service.core.redis_store import connect, embedding_key
+from xla_costmodel.service.core.redis_store import Seal, connect, embedding_key
+from xla_costmodel.service.settings import Settings
 from xla_costmodel.service.store import default_sqlite_url
-from xla_costmodel.service.store.schema import graphs
+from xla_costmodel.service.store.schema import graphs, measurements
 from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio
@@ -80,15 +81,20 @@ async def test_the_bytes_scored_per_request_are_capped(
 async def test_an_embedding_of_the_wrong_shape_in_redis_is_a_counted_miss(
     make_client: AppClient, redis_url: str, kernel: Sample
 ) -> None:
-    first = await make_client(redis_url=redis_url)
+    # A wrong shape under a valid seal (a bug, or an old writer with the key): the
+    # shape check, not the seal, must catch it.
+    sealing = "limits-shape-test-key"
+    first = await make_client(redis_url=redis_url, redis_hmac_key=sealing)
     r = await first.put("/v1/graphs?model=tile", json=graph_json(kernel))
     gid = r.json()["graph_id"]
     redis = connect(redis_url, 1.0, 1.0)
+    seal = Seal(Settings(redis_hmac_key=sealing).redis_seal_key)
     key = embedding_key("tile", "1", gid)
-    good = blob.loads(await redis.get(key))
+    good = blob.loads(seal.open(key, await redis.get(key)))
     wrong = {"graph_embedding": np.zeros((7,), np.float32)}  # the manifest says [64]
-    await redis.set(key, blob.dumps(wrong))
-    fresh = await make_client(redis_url=redis_url)  # an empty in-process cache
+    await redis.set(key, seal.seal(key, blob.dumps(wrong)))
+    # An empty in-process cache.
+    fresh = await make_client(redis_url=redis_url, redis_hmac_key=sealing)
     body = {"model": "tile", "graph_id": gid, "configs": kernel.configs[:5].tolist()}
     r = await fresh.post("/v1/rank", json=body)
     assert (r.status_code, r.json()["error"]["code"]) == (404, "graph_not_found")
@@ -98,7 +104,7 @@ async def test_an_embedding_of_the_wrong_shape_in_redis_is_a_counted_miss(
     assert r.status_code == 200 and r.json()["cache"] == "miss", r.text
     text = (await fresh.get("/metrics")).text
     assert metric(text, "costmodel_cache_errors_total", level="redis", op="shape") == 2
-    refilled = blob.loads(await redis.get(key))  # the computed one replaced it
+    refilled = blob.loads(seal.open(key, await redis.get(key)))  # recomputed
     assert np.array_equal(refilled["graph_embedding"], good["graph_embedding"])
     await redis.aclose()
 
@@ -116,7 +122,18 @@ async def test_graphs_nobody_measured_leave_the_database(
         with engine.connect() as conn:
             return list(conn.execute(sa.select(graphs.c.graph_id)).scalars())
 
-    assert kept() == [gid]
+    assert kept() == []  # an upload is held for feedback, never archived
+    fed = {
+        "model": "tile",
+        "graph_id": gid,
+        "configs": kernel.configs[:2].tolist(),
+        "runtimes_ns": [3, 4],
+    }
+    r = await client.post("/v1/feedback", json=fed)
+    assert r.status_code == 200, r.text
+    assert kept() == [gid]  # archived with its measurements, then purged of them
+    with engine.begin() as conn:
+        conn.execute(sa.delete(measurements))
     with anyio.fail_after(10):
         while kept():
             await anyio.sleep(0.1)

@@ -82,6 +82,10 @@ def cluster(
         "COSTMODEL_DATABASE_URL": postgres_server.database_url(database),
         "COSTMODEL_INFERENCE_WORKERS": "1",
         "COSTMODEL_MODELS": "tile",  # all these tests need: replicas start sooner
+        # Serve's proxy holds the listening socket, so a replica cannot tell what it
+        # is bound to and ``auto`` requires tokens (core/binding.py): these tests are
+        # about replicas, not writers, so say it outright.
+        "COSTMODEL_FEEDBACK_AUTH": "off",
     }
     # The proxy reads it when it starts; Ray's processes inherit this environment
     # (and this process's CPU affinity).

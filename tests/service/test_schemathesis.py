@@ -49,6 +49,7 @@ CHECKS = [
 # one core (each rank or upload request runs the model).
 MAX_EXAMPLES = 20
 TILE_WIDTH = 24
+XLA_CPU_WIDTH = 17
 JSON, NPZ, HLO = "application/json", "application/x-npz", "text/x-hlo"
 # Two nodes, node 0 consuming node 1: the smallest graph the tile model takes.
 TINY_GRAPH: dict[str, Any] = {
@@ -86,6 +87,7 @@ def service_process(
         "COSTMODEL_REDIS_URL": redis_url,
         "COSTMODEL_ADMIN_TOKEN": ADMIN,
         "COSTMODEL_FEEDBACK_AUTH": "token",
+        "COSTMODEL_REDIS_HMAC_KEY": "schemathesis-seal",  # required with token auth
     }
     server = ServiceServer(tmp_path, env, argv=SERVE)
     server.token = created.stdout.splitlines()[-1]  # type: ignore[attr-defined]
@@ -106,6 +108,25 @@ def live_schema(service_process: ServiceServer) -> tuple[Any, Repair]:
     )
     assert up.status_code == 200, up.text
     graph_id = up.json()["graph_id"]
+    # A decision for it, so that lookups aimed at it find one.
+    decided = httpx.post(
+        f"{service_process.url}/v1/decisions",
+        json={
+            "model": "xla_cpu",
+            "graph_id": graph_id,
+            "config": [1.0] * XLA_CPU_WIDTH,
+            "compiler_options": {"xla_cpu_enable_fast_math": True},
+            "speedup": 1.2,
+            "speedup_low": 1.1,
+            "pairs": 8,
+            "budget": 16,
+            "strategy": "model",
+            "kept_default": False,
+        },
+        headers={"Authorization": f"Bearer {service_process.token}"},  # type: ignore[attr-defined]
+        timeout=30,
+    )
+    assert decided.status_code == 200, decided.text
     models = httpx.get(f"{service_process.url}/v1/models", timeout=30).json()
     served = {m["name"] for m in models["models"]}
 
@@ -137,7 +158,12 @@ class Repair:
     - ``configurable`` (upload query) goes with ``text/x-hlo`` bodies only;
     - rank: query parameters other than ``adapt`` are for npz bodies, which need
       ``model`` in the query;
-    - feedback: an ``Idempotency-Key`` names one request (another body: 422);
+    - feedback, decisions: an ``Idempotency-Key`` names one request (another body:
+      422);
+    - decisions: speedup_low <= speedup <= speedup_high; a kept default has no
+      compiler options and the default row, so aimed cases keep no default;
+    - best: exactly one of ``graph_id`` and ``hlo_fingerprint``; half the lookups
+      ask for the uploaded graph, which has a decision;
     - for a served model, the graph's arrays agree with each other, configs are as
       wide as the model's, and feedback has one runtime per config. Half the cases
       (all that name a served model) get the served tile model, the uploaded graph
@@ -160,6 +186,8 @@ class Repair:
             "/v1/graphs": self._graph,
             "/v1/rank": self._rank,
             "/v1/feedback": self._feedback,
+            "/v1/decisions": self._decision,
+            "/v1/best": self._best,
         }.get(case.operation.path)
         if fix is None:
             return st.just(case)
@@ -207,9 +235,7 @@ class Repair:
         return case
 
     def _feedback(self, case: Any, aim: bool) -> Any:
-        key = case.headers.get("Idempotency-Key")
-        if key is not None:  # a key names one request: a reuse with another is 422
-            case.headers["Idempotency-Key"] = f"{key[:160]}-{uuid.uuid4().hex}"
+        _unique_key(case)
         if isinstance(case.body, dict):
             case.body = _rectangular(case.body)
         if (aim or self._model(case) in self.served) and isinstance(case.body, dict):
@@ -220,10 +246,45 @@ class Repair:
             case.body = body
         return case
 
+    def _decision(self, case: Any, aim: bool) -> Any:
+        _unique_key(case)
+        if not isinstance(case.body, dict):
+            return case
+        body = dict(case.body)
+        speedups = [body["speedup"], body["speedup_low"]]
+        body["speedup_low"], body["speedup"] = min(speedups), max(speedups)
+        if body.get("speedup_high") is not None:
+            body["speedup_high"] = max(body["speedup_high"], body["speedup"])
+        if aim or self._model(case) in self.served:
+            body.pop("model_version", None)  # a version that is not loaded: 409
+            body.update(model="xla_cpu", kept_default=False)
+            body["config"] = [1.0] * XLA_CPU_WIDTH
+        case.body = body
+        return case
+
+    def _best(self, case: Any, aim: bool) -> Any:
+        if aim:
+            case.query = {
+                **{k: v for k, v in case.query.items() if k == "compiler"},
+                "model": "xla_cpu",
+                "graph_id": self.graph_id,
+            }
+        elif ("graph_id" in case.query) == ("hlo_fingerprint" in case.query):
+            # Exactly one names the program (both or neither: 422).
+            query = {k: v for k, v in case.query.items() if k != "hlo_fingerprint"}
+            case.query = {"graph_id": self.graph_id, **query}
+        return case
+
     def _known_graph(self, body: dict[str, Any]) -> dict[str, Any]:
         body = {k: v for k, v in body.items() if k not in ("graph", "hlo")}
         body.pop("configurable", None)
         return {**body, "model": "tile", "graph_id": self.graph_id}
+
+
+def _unique_key(case: Any) -> None:
+    key = case.headers.get("Idempotency-Key")
+    if key is not None:  # a key names one request: a reuse with another is 422
+        case.headers["Idempotency-Key"] = f"{key[:160]}-{uuid.uuid4().hex}"
 
 
 def _rectangular(body: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +327,8 @@ def _run(
     )
     @given(case=strategy)
     def run(case: Any) -> None:
-        headers = writer if case.operation.path == "/v1/feedback" else admin
+        writes = case.operation.path in ("/v1/feedback", "/v1/decisions")
+        headers = writer if writes else admin
         response = case.call_and_validate(headers=headers, checks=CHECKS, timeout=30)
         answers[case.operation.label, response.status_code] += 1
 
@@ -308,5 +370,11 @@ def test_live_openapi_conformance(live_schema: tuple[Any, Repair]) -> None:
                 failures.append(f"{operation.label} [{kind}]: {_brief(exc)}")
     assert not failures, "\n\n".join(failures)
     # The hooks did their job: generated requests reached the routes' logic.
-    for label in ("PUT /v1/graphs", "POST /v1/rank", "POST /v1/feedback"):
+    for label in (
+        "PUT /v1/graphs",
+        "POST /v1/rank",
+        "POST /v1/feedback",
+        "POST /v1/decisions",
+        "GET /v1/best",
+    ):
         assert answers[label, 200] > 0, (label, sorted(answers.items()))

@@ -9,6 +9,7 @@ import pytest
 import typer
 import uvicorn
 from fastapi import FastAPI
+from pydantic import ValidationError
 
 from xla_costmodel.service import cli
 from xla_costmodel.service.settings import Settings
@@ -111,3 +112,22 @@ def test_serve_passes_options_over_the_environment(
     assert settings.redis_url.get_secret_value() == "redis://cli:6379/0"
     with pytest.raises(typer.BadParameter):
         cli.serve(redis_url="http://nope")
+
+
+def test_redis_with_tokens_needs_a_seal_key_a_redis_client_does_not_hold() -> None:
+    redis = {"redis_url": "redis://:pw@cache:6379/0", "feedback_auth": "token"}
+    with pytest.raises(ValidationError, match="COSTMODEL_REDIS_HMAC_KEY"):
+        Settings(**redis)  # type: ignore[arg-type]
+    keyed = Settings(**redis, redis_hmac_key="seal-xyzzy")  # type: ignore[arg-type]
+    derived = Settings(
+        **redis,  # type: ignore[arg-type]
+        database_url="postgresql://costmodel:db-pw@pg/costmodel",
+    )
+    other = Settings(
+        **redis,  # type: ignore[arg-type]
+        database_url="postgresql://costmodel:other@pg/costmodel",
+    )
+    keys = {s.redis_seal_key for s in (keyed, derived, other)}
+    assert len(keys) == 3 and all(len(k) >= 1 for k in keys)
+    assert b"db-pw" not in derived.redis_seal_key  # derived, one-way
+    assert "seal-xyzzy" not in repr(keyed)  # a secret

@@ -201,3 +201,43 @@ async def test_shipped_seeds_answer_before_any_measurement(
     assert answer["target_programs"] >= manifest["knowledge"]["programs"][own]
     new = await rank(client, unseen, rows, "cpu-never-seen")
     assert new["prior_weight"] < 1.0 and new["target_programs"] > 0  # others' seeds
+
+
+async def test_another_compilers_measurements_never_dominate(
+    make_client: AppClient, seedless: Path, tmp_path: Path
+) -> None:
+    """Every graph measured under two compilers: the option helps under jaxlib A
+    and hurts under jaxlib B (stored last). A rank ranks its compiler's way, and
+    naming none, the way of the target's newest rows."""
+    client = await make_client(data_dir=tmp_path / "data")
+    *seen, unseen = graphs()
+    for i, graph in enumerate(seen):
+        for build, sign in (("jaxlib A", -1.0), ("jaxlib B", +1.0)):
+            rows = xla_cpu.sample(MEASURED, seed=100 + i)
+            log_rt = sign * 0.5 * rows[:, OPTION]
+            log_rt[(rows == xla_cpu.default_row()).all(1)] = 0.0
+            body = {
+                "model": "xla_cpu",
+                "graph": graph,
+                "configs": rows.tolist(),
+                "runtimes_ns": [int(x) for x in 1e6 * np.exp(log_rt)],
+                "target": "cpu-test-a",
+                "compiler": build,
+            }
+            r = await client.post("/v1/feedback", json=body)
+            assert r.status_code == 200, r.text
+    await learned(client, unseen, "cpu-test-a", 2 * len(seen))
+    rows = xla_cpu.sample(32, seed=7)
+    helps = rows[:, OPTION] == 1
+    cases: list[tuple[str | None, np.ndarray]] = [
+        ("jaxlib A", helps),
+        ("jaxlib B", ~helps),
+        (None, ~helps),  # the target's newest rows'
+    ]
+    for compiler, faster in cases:
+        extra = {} if compiler is None else {"compiler": compiler}
+        answer = await rank(client, unseen, rows, "cpu-test-a", **extra)
+        s = np.asarray(answer["scores"])
+        assert s[faster].mean() < s[~faster].mean(), compiler
+        # The artifact's prior leans B's way; with it, B's best guesses are all B's.
+        assert faster[answer["ranking"][:5]].sum() >= (3 if faster is helps else 5)

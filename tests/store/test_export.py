@@ -191,3 +191,40 @@ def test_the_command_is_registered() -> None:
     assert GROUPS["dataset"][1] == {
         "export": ("xla_costmodel.dataset:export", "service")
     }
+
+
+def test_export_pools_writers_and_selects_them(tmp_path: Path) -> None:
+    """A config's runtime is the median of per-writer medians: one writer's flood of
+    rows is one vote; ``--writer`` and ``--exclude-writer`` repeat, and
+    ``anonymous`` names the rows stored without a writer."""
+    url = default_sqlite_url(tmp_path / "data")
+    store = MeasurementStore.open(url)
+    arrays = make_tile_arrays(num_nodes=10, num_configs=2, seed=0)
+    arrays["config_runtime"] = np.array([1000, 2000], np.int64)
+    graph_id = import_file(store, arrays)  # anonymous
+    configs = arrays["config_feat"]
+    one = configs[[0]]
+    for writer, runtimes in (("a", [3000]), ("b", [5000]), ("flood", [9000] * 50)):
+        rows = np.repeat(one, len(runtimes), axis=0)
+        store.add_measurements(
+            batch(graph_id, rows, runtimes_ns=np.array(runtimes), writer=writer)
+        )
+    store.close()
+
+    def runtime(*args: str) -> list[int]:
+        out = tmp_path / "out" / "-".join(args).replace("@", "")
+        result = run_export("--out", str(out), "--database-url", url, *args)
+        assert result.exit_code == 0, result.output
+        files = list(out.rglob("*.npz"))
+        if not files:
+            return []
+        with np.load(files[0]) as z:
+            return [int(x) for x in z["config_runtime"]]
+
+    # Config 0 by writer: anonymous 1000, a 3000, b 5000, flood 50 x 9000.
+    assert runtime() == [4000, 2000]  # median of 1000, 3000, 5000, 9000
+    assert runtime("--exclude-writer", "flood") == [3000, 2000]
+    assert runtime("--writer", "a", "--writer", "b") == [4000]
+    assert runtime("--writer", "anonymous") == [1000, 2000]
+    assert runtime("--exclude-writer", "anonymous", "--exclude-writer", "a") == [7000]
+    assert runtime("--writer", "nobody") == []

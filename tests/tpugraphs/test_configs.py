@@ -20,7 +20,7 @@ from xla_costmodel.tpugraphs.configs import (
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.hlo import HloGraph, featurize_hlo
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "tpugraphs"
+SHARED = Path(__file__).resolve().parents[2] / "datasets" / "tpugraphs"
 TILE_FILES = sorted(
     (SHARED / "pb" / "official_testdata" / "op_tuning_data.converted").glob("*.npz")
 ) + sorted((SHARED / "npz" / "tile").rglob("*.npz"))

@@ -12,7 +12,7 @@ from xla_costmodel.tpugraphs.hlo import featurize_hlo
 from xla_costmodel.tpugraphs.hlo.cli import featurize_file
 from xla_costmodel.tpugraphs.spec import OPCODE_IDS
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "tpugraphs"
+SHARED = Path(__file__).resolve().parents[2] / "datasets" / "tpugraphs"
 UNET_HLO = SHARED / "hlo" / "unet_3d.4x4.bf16.hlo.txt"
 UNET_NPZ = (
     SHARED / "npz" / "layout" / "xla" / "default" / "valid" / "unet_3d.4x4.bf16.npz"

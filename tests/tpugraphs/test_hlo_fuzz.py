@@ -16,7 +16,7 @@ import pytest
 
 from xla_costmodel.tpugraphs.hlo import HloParseError, featurize_hlo
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "tpugraphs"
+SHARED = Path(__file__).resolve().parents[2] / "datasets" / "tpugraphs"
 SOURCES = sorted((SHARED / "hlo" / "tile").glob("*.hlo.txt")) + [
     SHARED / "hlo" / "jax" / name
     for name in ("mlp_infer.pre.hlo.txt", "transformer_layer_infer.hlo.txt")

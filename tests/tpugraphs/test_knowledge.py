@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -169,3 +170,97 @@ def test_a_writers_flood_is_one_vote_in_a_record() -> None:
     assert np.array_equal(flooded.rel, once.rel)  # 4,000 rows weigh as one
     # Two honest writers outvote the flooder on that config.
     assert abs(flooded.rel[1] - np.log(honest[1] / honest[0])) < 0.02
+
+
+def look_alikes(n: int, row: np.ndarray, voter: str | None) -> list[kn.ProgramRecord]:
+    """``n`` fake programs shaped like kind 0, each two rows: the default slow,
+    ``row`` fast (the attack of docs/security.md, Poisoning)."""
+    fakes = []
+    for i in range(n):
+        two = np.stack([DEFAULT, row])
+        rec = kn.record(f"fake{i}", summary(0), two, [1e6, 6e5], DEFAULT, voter=voter)
+        assert rec is not None
+        fakes.append(rec)
+    return fakes
+
+
+def test_one_writers_look_alikes_weigh_as_one_program() -> None:
+    """2,000 look-alike programs of one writer move a new graph's ranking and
+    portfolio exactly as far as one of them does, and every seed stays."""
+    seeds = [program(f"s{i}", -0.2, seed=10 + i) for i in range(4)]
+    seeds += [program(f"d{i}", 0.3, kind=1, seed=20 + i) for i in range(4)]
+    honest = [replace(program(f"h{i}", -0.3, seed=i), voter="victim") for i in range(3)]
+    rows = configs(64, seed=3)
+
+    def placed(fakes: list[kn.ProgramRecord]) -> tuple[int, int, list[int], float]:
+        know = kn.Knowledge.fit(seeds + honest + fakes, DEFAULT)
+        w, evidence = know.weights(summary(0))
+        scores = know.predict(rows, w)
+        ranking = list(np.argsort(scores, kind="stable"))
+        order = know.portfolio(rows, w, scores).tolist()
+        assert {f"s{i}" for i in range(4)} <= set(know.names)  # never evicted
+        return ranking.index(bad), order.index(bad), order[:8], evidence
+
+    clean = kn.Knowledge.fit(seeds + honest, DEFAULT)
+    w, _ = clean.weights(summary(0))
+    order = clean.portfolio(rows, w, clean.predict(rows, w))
+    bad = int([i for i in order if rows[i, 3] == 0][2])  # no winning option
+    before = placed([])
+    one = placed(look_alikes(1, rows[bad], "mallory"))
+    many = placed(look_alikes(2000, rows[bad], "mallory"))
+    assert many[:3] == one[:3]  # the bound: one program's worth
+    assert many[3] == pytest.approx(one[3]) and one[3] <= before[3] + 1 + 1e-9
+    assert before[0] > 20 and one[0] > 10  # the ranking: still far from the head
+    # Each look-alike its own vote (as every graph counted before): the head.
+    flood = placed(look_alikes(50, rows[bad], None))
+    assert flood[0] == 0 and flood[1] == 0
+
+
+def test_a_writers_share_is_bounded_by_the_others_evidence() -> None:
+    seeds = [program(f"s{i}", -0.2, seed=10 + i) for i in range(4)]
+    fakes = look_alikes(300, configs()[1], "mallory")
+    know = kn.Knowledge.fit(seeds + fakes, DEFAULT)
+    kept = [n.startswith("fake") for n in know.names]
+    assert sum(kept) == kn.MAX_WRITER_PROGRAMS and know.programs == 4 + sum(kept)
+    w, evidence = know.weights(summary(0))
+    others = kn.Knowledge.fit(seeds, DEFAULT).weights(summary(0))[1]
+    assert w[np.array(kept)].sum() <= 1 / (1 + others) + 1e-9
+    assert evidence <= others + 1 + 1e-9
+
+
+def test_past_the_cap_every_writers_newest_stay() -> None:
+    recs = [replace(program(f"a{i}", -0.2, seed=i), voter="a") for i in range(3)]
+    flood = [
+        replace(r, voter="b") for r in look_alikes(kn.MAX_PROGRAMS, configs()[1], None)
+    ]
+    know = kn.Knowledge.fit(recs + flood, DEFAULT)
+    assert {"a0", "a1", "a2"} <= set(know.names)
+
+
+def test_another_compilers_programs_never_dominate() -> None:
+    """Option 3 helps under jaxlib A and hurts under B; a graph under A ranks A's
+    way however many programs (writers) B has, and B's way when it says B."""
+    a = [replace(program("a", -0.4), voter="w0", compiler="jaxlib A")]
+    b = [
+        replace(
+            program(f"b{i}", +0.4, seed=i + 1), voter=f"w{i + 1}", compiler="jaxlib B"
+        )
+        for i in range(5)
+    ]
+    know = kn.Knowledge.fit(a + b, DEFAULT)
+    assert know.compiler == "jaxlib B"  # the newest: current unless a rank says
+    rows = configs(seed=99)
+    with3 = rows[:, 3] == 1
+    for compiler, faster in (("jaxlib A", with3), ("jaxlib B", ~with3)):
+        w, _ = know.weights(summary(0), compiler=compiler)
+        own = np.array([c == compiler for c in know.compilers])
+        assert w[own].sum() >= 0.5
+        pred = know.predict(rows, w)
+        assert pred[faster].mean() < pred[~faster].mean(), compiler
+    # No own-compiler program at all: the others' at FOREIGN_TRUST, not nothing.
+    w, evidence = know.weights(summary(0), compiler="jaxlib C")
+    assert 0 < evidence <= 6 * kn.FOREIGN_TRUST + 1e-9 and w.sum() == pytest.approx(1)
+    # Unknown compilers (None) count as the graph's own.
+    plain = kn.Knowledge.fit([program("p", -0.4), *b], DEFAULT)
+    w, _ = plain.weights(summary(0), compiler="jaxlib A")
+    assert w[0] >= 0.5

@@ -1,0 +1,105 @@
+"""``costmodel best FILE.py:NAME``: what the fleet decided for a program (rendering only).
+
+Lowers ``NAME()``'s program as ``tune`` does, computes its graph id here and asks
+``GET /v1/best`` for this CPU's target and this jaxlib; ``--json`` prints the
+answer's keys as they are. Nothing decided: exit 1. jax is imported when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from xla_costmodel.clients.client import CostModelClient
+from xla_costmodel.clients.errors import CostModelError
+from xla_costmodel.clients.hlo import Hlo
+from xla_costmodel.clients.payloads import prepare_graph
+from xla_costmodel.clients.xla.tune_cli import load_program, short
+from xla_costmodel.tpugraphs import machine
+
+
+def best(
+    program: str = typer.Argument(
+        ..., metavar="FILE.py:NAME", help="NAME() in FILE.py returns (fn, args)."
+    ),
+    server: str = typer.Option(
+        "http://127.0.0.1:8000", "--server", help="Service base URL."
+    ),
+    model: str = typer.Option(
+        "xla_cpu", "--model", help="Model the decisions are for."
+    ),
+    target: str | None = typer.Option(
+        None, "--target", help="Hardware name (default: this CPU's)."
+    ),
+    compiler: str | None = typer.Option(
+        None,
+        "--compiler",
+        help='Compiler to ask for (default: this jaxlib, "jaxlib X").',
+    ),
+    min_writers: int = typer.Option(1, "--min-writers", min=1),
+    json_: bool = typer.Option(False, "--json", help="Print the answer's JSON keys."),
+) -> None:
+    """Print the best decided compiler options for a program on this CPU."""
+    import jax
+
+    fn, args = load_program(program)
+    text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
+    graph = prepare_graph(Hlo(text, configurable=None))
+    target = target or machine.target()
+    compiler = compiler or machine.compiler()
+    try:
+        with CostModelClient(server) as client:
+            known = client.best(
+                model,
+                graph_id=graph.graph_id,
+                target=target,
+                compiler=compiler,
+                min_writers=min_writers,
+            )
+    except CostModelError as exc:
+        Console(stderr=True).print(f"[red]the service did not answer: {exc}[/red]")
+        raise typer.Exit(2) from None
+    if known is None:
+        if json_:
+            typer.echo(
+                json.dumps(
+                    {
+                        "error": {
+                            "code": "no_decision",
+                            "graph_id": graph.graph_id,
+                            "target": target,
+                        }
+                    }
+                )
+            )
+        else:
+            typer.echo(f"nothing decided for {graph.graph_id[:12]} on {target}")
+        raise typer.Exit(1)
+    body: dict[str, Any] = {
+        "graph_id": known.graph_id,
+        "target": known.target,
+        "config": list(known.config),
+        "compiler_options": dict(known.compiler_options),
+        "speedup": known.speedup,
+        "speedup_low": known.speedup_low,
+        "p_value": known.p_value,
+        "writers": known.writers,
+        "decided_at": known.decided_at,
+        "compiler": known.compiler,
+        "stale": known.stale,
+    }
+    if json_:
+        typer.echo(json.dumps(body, indent=2))
+        return
+    stale = f" (STALE: this is {compiler})" if known.stale else ""
+    for line in (
+        f"program {known.graph_id[:12]} on {known.target}",
+        f"options: {short(dict(known.compiler_options))}",
+        f"speedup {known.speedup:.3f}x (low {known.speedup_low:.3f}), "
+        f"{known.writers} writer(s)",
+        f"decided {known.decided_at} under {known.compiler}{stale}",
+    ):
+        typer.echo(line)

@@ -1,0 +1,96 @@
+"""Figures with a source: the tables in docs/ quote the committed JSON (or manifest)
+they come from, to the digits printed, and every page with measured figures says when
+and where they were measured."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+DATE = re.compile(r"20\d\d-\d\d-\d\d")
+# The CPUs figures were measured on, as the pages name them.
+# A measured figure: a decimal number (not part of an address like 127.0.0.1).
+DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
+# Pages whose tables hold defaults and limits, not measurements.
+SETTINGS_ONLY = {"settings.md"}
+CPU = re.compile(r"Intel Xeon|AMD EPYC|family \d+ model \d+|CPU was not recorded")
+
+
+def rows(page: str, first_cell: str) -> list[list[str]]:
+    """Table rows of ``page`` whose first cell matches ``first_cell``, as cells with
+    markdown emphasis and backticks removed."""
+    found = []
+    for line in (DOCS / page).read_text().splitlines():
+        cells = [c.strip().strip("*`") for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and re.fullmatch(first_cell, cells[0]):
+            found.append(cells)
+    return found
+
+
+def load(path: str) -> Any:
+    return json.loads((REPO / path).read_text())
+
+
+def test_the_fleet_simulation_table_quotes_its_json() -> None:
+    ran = load("studies/results/fleet.json")
+    quoted = rows("xla-cpu.md", r"cpu-[a-z0-9.-]+")
+    expected = [
+        [
+            target,
+            str(t["programs"]),
+            str(t["families"]),
+            str(h["history"]),
+            *(f"{h[k]:.3f}" for k in ("model", "random", "fixed", "oracle")),
+            f"{h['regressions']:.1%}",
+        ]
+        for target, t in ran["targets"].items()
+        for h in t["by_history"]
+    ]
+    fleet_rows = [r for r in quoted if len(r) == 9]
+    assert fleet_rows == expected
+
+
+def test_the_replay_table_quotes_its_json() -> None:
+    quoted = {r[0]: r[1:] for r in rows("replay.md", r"--budget.*")}
+    for flag, path in (
+        ("--budget 5", "studies/results/replay_budget5.json"),
+        ("--budget-fraction 0.1", "studies/results/replay_fraction0.1.json"),
+    ):
+        m = load(path)["mean"]
+        assert quoted[flag] == [
+            f"{m['slowdown']:.3f}",
+            f"{m['random_slowdown']:.3f}",
+            f"{m['speedup_vs_default']:.3f} / {m['random_speedup_vs_default']:.3f}",
+            f"{m['measured_fraction']:.1%}",
+        ]
+
+
+def test_the_tile_table_quotes_the_shipped_manifest() -> None:
+    metrics = load("models/artifacts/tile/1/manifest.json")["metrics"]
+    quoted = {r[0]: r[1:] for r in rows("training.md", r"(copy|fusion)\.\d+")}
+    keys = ("top1_slowdown", "top5_slowdown", "top10_slowdown")
+    for graph in metrics["graphs"]:
+        name = graph["graph"].split("_")[0]
+        assert quoted[name] == [
+            str(graph["num_configs"]),
+            " / ".join(f"{graph[k]:.3f}" for k in keys),
+            " / ".join(f"{graph['random'][k]:.3f}" for k in keys),
+            f"{graph['default']['top1_slowdown']:.3f}",
+        ], name
+
+
+def test_every_page_with_measured_figures_says_when_and_where() -> None:
+    """A table with decimal figures comes with a date and a CPU (or machine)."""
+    for page in sorted(DOCS.glob("*.md")):
+        if page.name in SETTINGS_ONLY:
+            continue
+        text = page.read_text()
+        rows = re.findall(r"^\|.*\|$", text, re.M)
+        figures = [r for r in rows if len(DECIMAL.findall(r)) >= 2]
+        if len(figures) < 3:
+            continue
+        assert DATE.search(text) and CPU.search(text), page.name

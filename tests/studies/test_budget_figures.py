@@ -1,0 +1,34 @@
+"""docs/tuning-budgets.md quotes the committed run it reports
+(studies/results/budgets.json), to the digits printed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_budget_table_quotes_its_json() -> None:
+    ran = json.loads((REPO / "studies/results/budgets.json").read_text())
+    expected = [
+        [
+            name,
+            str(t["programs"]),
+            str(r["history"]),
+            str(r["K"]),
+            *(f"{r[k]:.3f}" for k in ("model", "random", "fixed", "oracle")),
+            f"{r['regressions']:.1%}",
+            f"{r['slower_of_kept']:.1%}",
+            f"{r['pairs']:.1f}",
+        ]
+        for name, t in ran["targets"].items()
+        for r in t["by_history"]
+    ]
+    quoted = []
+    for line in (REPO / "docs/tuning-budgets.md").read_text().splitlines():
+        cells = [c.strip().strip("*`") for c in line.strip().strip("|").split("|")]
+        if line.startswith("| cpu-") and len(cells) == 11 and cells[1].isdigit():
+            quoted.append(cells)
+    assert quoted == expected
+    assert ran["budgets"] == [1, 2, 4, 8, 16] and ran["prior"]
