@@ -18,6 +18,7 @@ COPY models/ models/
 COPY bench/ bench/
 COPY chaos/ chaos/
 COPY studies/ studies/
+COPY harness/ harness/
 RUN pip install '.[service]' \
     && useradd --system --uid 10001 --no-create-home costmodel \
     && mkdir -p /var/lib/costmodel && chown costmodel /var/lib/costmodel

@@ -6,6 +6,6 @@ PyTorch eager (what a researcher would do instead), ``POST /v1/rank`` through th
 client with binary and JSON bodies, an autotuner round on a real layout graph with a
 cold and a warm embedding cache, and a bounded concurrent load. ``cli.bench`` is the
 entry point; ``harness.run`` orchestrates the phases; every process it starts (a
-``redis-server``, a uvicorn server; ``xla_costmodel.procs``) is stopped before it
+``redis-server``, a uvicorn server; ``xla_costmodel.harness``) is stopped before it
 returns.
 """

@@ -41,7 +41,7 @@ import numpy as np
 
 from xla_costmodel.bench.peer_load import ClientPool, Step
 from xla_costmodel.clients import CostModelClient, PreparedGraph, prepare_graph
-from xla_costmodel.procs import (
+from xla_costmodel.harness import (
     PostgresServer,
     ProcessError,
     ServiceServer,

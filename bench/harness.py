@@ -34,7 +34,7 @@ from xla_costmodel.bench.plan import Plan
 from xla_costmodel.bench.plot import latency_plot, sweep_table
 from xla_costmodel.bench.report import add_ratios
 from xla_costmodel.clients import CostModelClient, PreparedGraph, prepare_graph
-from xla_costmodel.procs import RedisServer, ServiceServer, rss_mb
+from xla_costmodel.harness import RedisServer, ServiceServer, rss_mb
 from xla_costmodel.tpugraphs.arrays import Sample
 
 Log = Callable[[str], None]

@@ -22,7 +22,7 @@ from xla_costmodel.bench.data import F32, fresh_copy
 from xla_costmodel.bench.inproc import Budget
 from xla_costmodel.bench.timing import Timings, time_calls
 from xla_costmodel.clients import CostModelClient, PreparedGraph, prepare_graph
-from xla_costmodel.procs import RedisServer
+from xla_costmodel.harness import RedisServer
 from xla_costmodel.tpugraphs.arrays import Graph, Sample
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from xla_costmodel.procs import LOOPBACK, ManagedProcess, ProcessError
+from xla_costmodel.harness import LOOPBACK, ManagedProcess, ProcessError
 
 VENV = Path(".venv-kserve")  # `make kserve-venv`, from the repository root
 SERVER_SCRIPT = Path(__file__).resolve().parent / "peer_kserve_server.py"

@@ -26,7 +26,7 @@ from xla_costmodel.bench.inproc import Budget, open_runner, take_rows
 from xla_costmodel.bench.peer_load import ClientPool, Server, Step, raw_rate
 from xla_costmodel.bench.timing import time_calls
 from xla_costmodel.clients import CostModelClient, prepare_graph
-from xla_costmodel.procs import (
+from xla_costmodel.harness import (
     ProcessError,
     ServiceServer,
     rss_mb,

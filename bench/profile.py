@@ -30,7 +30,7 @@ from xla_costmodel.bench.data import fresh_copy, layout_sample, tile_workload
 from xla_costmodel.bench.harness import Options, server_env
 from xla_costmodel.bench.http_phase import Body, HttpRanker
 from xla_costmodel.clients import CostModelClient, prepare_graph
-from xla_costmodel.procs import RedisServer, ServiceServer
+from xla_costmodel.harness import RedisServer, ServiceServer
 
 # Leaf functions of a thread that is waiting, not working.
 IDLE_LEAVES = frozenset(

@@ -1,7 +1,7 @@
 """The chaos run behind ``costmodel chaos``: faults under load, on loopback.
 
 ``cli.chaos`` is the entry point; ``harness.run`` starts Redis, PostgreSQL and
-``costmodel serve`` (``xla_costmodel.procs``), keeps client threads going
+``costmodel serve`` (``xla_costmodel.harness``), keeps client threads going
 (``load``) while the faults of ``faults`` happen in turn (``ray_phase``: the optional
 Ray Serve replica kill), and checks that no acknowledged feedback was lost.
 """

@@ -6,7 +6,7 @@ stopped server restarted) even when it fails, and returns what happened for the 
 A fault starts a quarter into its phase, so every phase also shows the service before
 it, and leaves the last quarter for recovery.
 
-The processes are ``xla_costmodel.procs``'s, which restart on the same port (clients
+The processes are ``xla_costmodel.harness``'s, which restart on the same port (clients
 and the service keep their URLs); the service is started as ``costmodel serve``, the
 command a user runs.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from xla_costmodel.chaos.load import Crew, Ledger, Recorder, Workload
-from xla_costmodel.procs import (
+from xla_costmodel.harness import (
     ManagedProcess,
     PostgresServer,
     RedisServer,

@@ -32,7 +32,7 @@ from xla_costmodel.chaos.faults import (
     ray_available,
 )
 from xla_costmodel.chaos.load import Crew, Ledger, Recorder, Workload
-from xla_costmodel.procs import PostgresServer, RedisServer, copy_artifact, rss_mb
+from xla_costmodel.harness import PostgresServer, RedisServer, copy_artifact, rss_mb
 
 RSS_GOAL = 0.10
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from xla_costmodel.chaos.faults import Cluster
 from xla_costmodel.chaos.load import Crew
-from xla_costmodel.procs import LOOPBACK, free_port
+from xla_costmodel.harness import LOOPBACK, free_port
 
 REPLICAS = 2
 

@@ -117,7 +117,7 @@ def lower(spec: str) -> str:
         raise typer.Exit(1)
     import jax
 
-    from xla_costmodel.clients.xla.tune_cli import load_program
+    from xla_costmodel.clients.xla.programs import load_program
 
     fn, args = load_program(spec)
     return str(jax.jit(fn).lower(*args).as_text(dialect="hlo"))
@@ -213,7 +213,7 @@ def describe(config: Any) -> str:
     if config is None:
         return ""
     if isinstance(config, dict) and all(k.startswith("xla_") for k in config):
-        from xla_costmodel.clients.xla.tune_cli import short
+        from xla_costmodel.clients.xla.programs import short
 
         return short(config)
     return json.dumps(config, separators=(",", ":"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 import httpx
@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from xla_costmodel.clients.errors import CostModelError, ProtocolError
 from xla_costmodel.clients.payloads import NPZ
+from xla_costmodel.tpugraphs.blend import Shaping
 from xla_costmodel.tpugraphs.npz import NpzError, read_npz
 
 JSON = "application/json"
@@ -85,7 +86,8 @@ class RankResult:
     # With portfolio=True: every index in the service's exploration order.
     portfolio: tuple[int, ...] | None = None
     # What shaped the scores besides ``adapted``: the target's knowledge (programs,
-    # measurements, its share of the prior) and the model's own weight.
+    # measurements, its share of the prior) and the model's own weight. With
+    # ``adapted``, the fields of the service's ``Shaping`` (``tpugraphs.blend``).
     target_programs: int = 0
     target_measurements: int = 0
     knowledge_weight: float = 0.0
@@ -116,7 +118,7 @@ class Decision:
     ``compiler_options`` its options; ``speedup`` is the median over ``pairs``
     interleaved pairs of default / kept, ``speedup_low``..``speedup_high`` its
     interval and ``p_value`` the test's. ``hlo_fingerprint``
-    (``tpugraphs.graph_id.hlo_fingerprint``) lets ``jit`` find the decision without
+    (``clients.xla.reuse.fingerprint``) lets ``jit`` find the decision without
     featurizing the program.
     """
 
@@ -240,17 +242,23 @@ def parse_rank(
         graph_id=graph_id,
         cache=answer.cache,
         uploaded=uploaded,
-        adapted=_adapted(answer.adapted),
         ranking_id=_ranking_id(answer.ranking_id),
         portfolio=_portfolio(answer.portfolio, num_configs),
-        target_programs=_count(
-            answer.shaping.get("target_programs"), "target_programs"
-        ),
+        **asdict(_shaping(answer.shaping)),
+    )
+
+
+def _shaping(found: Mapping[str, Any]) -> Shaping:
+    """What shaped the scores, each field checked; a field the answer lacks (a
+    service that predates it) is the prior alone's."""
+    return Shaping(
+        adapted=_adapted(found.get("adapted")),
+        target_programs=_count(found.get("target_programs"), "target_programs"),
         target_measurements=_count(
-            answer.shaping.get("target_measurements"), "target_measurements"
+            found.get("target_measurements"), "target_measurements"
         ),
-        knowledge_weight=_share(answer.shaping.get("knowledge_weight"), 0.0),
-        prior_weight=_share(answer.shaping.get("prior_weight"), 1.0),
+        knowledge_weight=_share(found.get("knowledge_weight"), 0.0),
+        prior_weight=_share(found.get("prior_weight"), 1.0),
     )
 
 
@@ -321,13 +329,13 @@ class _RankAnswer:
     ranking: npt.NDArray[np.int64]
     scores: npt.NDArray[np.floating[Any]]
     top_k: npt.NDArray[np.int64]
-    adapted: Any = 0
     ranking_id: Any = None
     portfolio: Any = None
-    shaping: Mapping[str, Any] = field(default_factory=dict)
+    shaping: Mapping[str, Any] = field(default_factory=dict)  # ``Shaping``'s fields
 
 
-SHAPING = ("target_programs", "target_measurements", "knowledge_weight", "prior_weight")
+# The answer's JSON keys, and (``X-`` and dashes) npz headers, of what shaped it.
+SHAPING = tuple(f.name for f in fields(Shaping))
 
 
 def _is_permutation(ranking: npt.NDArray[np.int64]) -> bool:
@@ -359,7 +367,6 @@ def _json_answer(response: httpx.Response) -> _RankAnswer:
         ranking=ranking,
         scores=scores.astype(np.float64, copy=False),
         top_k=top_k,
-        adapted=body.get("adapted", 0),
         ranking_id=body.get("ranking_id"),
         portfolio=body.get("portfolio"),
         shaping={k: body[k] for k in SHAPING if k in body},
@@ -400,7 +407,6 @@ def _npz_answer(response: httpx.Response) -> _RankAnswer:
         ranking=arrays["ranking"].astype(np.int64, copy=False),
         scores=arrays["scores"],
         top_k=arrays["top_k"].astype(np.int64, copy=False),
-        adapted=headers.get("x-adapted", 0),
         ranking_id=headers.get("x-ranking-id"),
         portfolio=found.get("portfolio"),
         shaping={

@@ -20,13 +20,15 @@ from pathlib import Path
 
 import typer
 
-from xla_costmodel.clients.xla.isolate import supervise
+from xla_costmodel.clients.xla.isolate import forwarded_argv, supervise
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.collection.progress import make_log
 from xla_costmodel.collection.zoo import select
 
 
+# Over 60 lines for its typer options only (one parameter per flag).
 def collect(
+    ctx: typer.Context,
     out: Path = typer.Option(..., "--out", help="Output folder (resumable)."),
     programs: str = typer.Option(
         "",
@@ -66,31 +68,7 @@ def collect(
         # Some option sets crash XLA itself: the work runs in a child process, which
         # is restarted after a crash and leaves the crashing config out (probe.py,
         # isolate.py).
-        argv = [
-            "collect",
-            "--out",
-            str(out),
-            "--programs",
-            programs,
-            "--configs",
-            str(configs),
-            "--time-budget",
-            str(time_budget),
-            "--seed",
-            str(seed),
-            "--controls",
-            str(controls),
-            "--runs",
-            str(runs),
-            "--max-rounds",
-            str(max_rounds),
-            "--cpu",
-            str(cpu),
-            "--noise-threshold",
-            str(noise_threshold),
-            "--pin" if pin else "--no-pin",
-            "--worker",
-        ]
+        argv = [*forwarded_argv(ctx, ("restarts", "worker")), "--worker"]
         raise typer.Exit(supervise(argv, restarts, make_log(out / "progress.log")))
     # The worker imports jax: only the child process loads it, never at import.
     from xla_costmodel.collection.worker import run_collection

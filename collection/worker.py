@@ -175,18 +175,16 @@ def collect_program(
     compiled, ctrl = entries[:n], entries[n:]
     phase["compile"] = time.monotonic() - t
     log(f"{program.name}: compiled {n} + {controls} in {phase['compile']:.1f} s")
-    ok = [k for k, c in enumerate(compiled) if c["executable"] is not None]
+    ok = [k for k, c in enumerate(compiled) if c.executable is not None]
     side["compile_failures"] = [
-        {"row": k, "options": options[k], "error": compiled[k]["error"]}
+        {"row": k, "options": options[k], "error": compiled[k].error}
         for k, c in enumerate(compiled)
-        if c["executable"] is None
+        if c.executable is None
     ]
-    side["controls_same_optimized_hlo"] = all(
-        c["sha1"] == compiled[0]["sha1"] for c in ctrl
-    )
+    side["controls_same_optimized_hlo"] = all(c.sha1 == compiled[0].sha1 for c in ctrl)
     side["controls_distinct_executables"] = _distinct([compiled[0], *ctrl])
-    runners = [_runner(compiled[k]["executable"], args) for k in ok]
-    runners += [_runner(c["executable"], args) for c in ctrl if c["executable"]]
+    runners = [_runner(compiled[k].executable, args) for k in ok]
+    runners += [_runner(c.executable, args) for c in ctrl if c.executable]
     defaults = [len(ok) + j for j in range(len(runners) - len(ok))]
     if ok and ok[0] == 0:
         defaults = [0, *defaults]
@@ -210,9 +208,9 @@ def collect_program(
     phase["measure"] = time.monotonic() - t
     side["attempts"] = attempts
     side["load_average_end"] = machine.load_average()
-    side["compile_s"] = [round(c["seconds"], 3) for c in compiled]
-    side["optimized_hlo_sha1"] = [c["sha1"] for c in compiled]
-    side["max_rel_diff"] = [c.get("max_rel_diff") for c in compiled]
+    side["compile_s"] = [round(c.seconds, 3) for c in compiled]
+    side["optimized_hlo_sha1"] = [c.sha1 for c in compiled]
+    side["max_rel_diff"] = [c.max_rel_diff for c in compiled]
     side["protocol"] = {
         "runs": protocol.runs,
         "min_rounds": protocol.min_rounds,
@@ -230,7 +228,7 @@ def collect_program(
             "reason": f"controls disagree by {attempts[-1]['noise']:.3f}",
         }
     else:
-        # Per-round speed normalisation (measure.normalised_medians); the noise
+        # Per-round speed normalisation (tpugraphs.labels.normalised_medians); the noise
         # (the controls' disagreement) stays on the raw medians.
         runtimes = m.normalised_ns[: len(ok)].copy()
         # Row 0 is the default config; its runtime is the median of its copies.
@@ -279,8 +277,6 @@ def _runner(executable: Any, args: tuple[Any, ...]) -> Callable[[], object]:
     return run
 
 
-def _distinct(compiled: list[dict[str, Any]]) -> bool:
-    ids = [
-        id(c["executable"].runtime_executable()) for c in compiled if c["executable"]
-    ]
+def _distinct(compiled: list[probe.Compiled]) -> bool:
+    ids = [id(c.executable.runtime_executable()) for c in compiled if c.executable]
     return len(set(ids)) == len(ids)

@@ -52,11 +52,11 @@ import typer
 from rich.console import Console
 
 from xla_costmodel import paths
-from xla_costmodel.clients.xla.measure import normalised_medians
 from xla_costmodel.models.evaluate import nan_to_none
 from xla_costmodel.paths import existing
 from xla_costmodel.tpugraphs import machine, xla_cpu
 from xla_costmodel.tpugraphs.collections import XLA_CPU
+from xla_costmodel.tpugraphs.labels import normalised_medians
 from xla_costmodel.tpugraphs.metrics import mean_metrics
 from xla_costmodel.tpugraphs.reader import load_npz
 

@@ -11,24 +11,21 @@ to stderr, so ``TOKEN=$(costmodel tokens create tuner-1 | tail -1)`` works. The
 database is the service's (``--database-url``, else ``COSTMODEL_DATABASE_URL``, else
 the SQLite file in ``COSTMODEL_DATA_DIR``); these commands change it directly, and
 every replica sees the change on its next request (a revoked token stops working, a
-purged writer's rows leave every graph's fit). ``open_store`` is shared with
-``costmodel dataset export``.
+purged writer's rows leave every graph's fit). The store is opened as
+``costmodel dataset export`` opens it (``command_store.open_store``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
 import typer
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
+from xla_costmodel.service.command_store import open_store
 from xla_costmodel.service.settings import Settings
-from xla_costmodel.service.store import MeasurementStore, StoreError
-from xla_costmodel.service.store.engine import normalise_url, sqlite_path
 
 URL_HELP = (
     "sqlite:///PATH or postgresql://…; default $COSTMODEL_DATABASE_URL, else "
@@ -36,40 +33,6 @@ URL_HELP = (
 )
 DatabaseUrl = Annotated[str | None, typer.Option(help=URL_HELP)]
 err = Console(stderr=True)
-
-
-@contextmanager
-def open_store(
-    database_url: str | None, create: bool = False
-) -> Iterator[MeasurementStore]:
-    """The measurement store, or exit 2 (bad settings) / 1 (cannot open it). Never
-    creates an empty SQLite file unless ``create``; messages never show a password."""
-    try:
-        given = SecretStr(database_url) if database_url else None
-        settings = Settings(database_url=given) if given else Settings()
-    except ValidationError as exc:  # the settings hide input values (secrets)
-        err.print(f"[red]invalid settings:[/] {exc}")
-        raise typer.Exit(2) from None
-    if settings.database_url is not None:
-        url = settings.database_url.get_secret_value()
-    else:
-        url = f"sqlite:///{settings.data_dir / 'costmodel.db'}"
-    try:
-        path = sqlite_path(normalise_url(url))
-        if path is not None and not create and not path.is_file():
-            err.print(f"[red]no database at {path}[/]")
-            raise typer.Exit(1)
-        store = MeasurementStore.open(url)
-    except StoreError as exc:
-        err.print(f"[red]cannot open the database:[/] {exc}")
-        raise typer.Exit(1) from None
-    try:
-        yield store
-    except StoreError as exc:
-        err.print(f"[red]failed:[/] {exc}")
-        raise typer.Exit(1) from None
-    finally:
-        store.close()
 
 
 def create(

@@ -14,7 +14,7 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
-from xla_costmodel.cli import install_hint
+from xla_costmodel.extras import install_hint
 from xla_costmodel.service.logs import configure_logging
 from xla_costmodel.service.settings import Settings
 from xla_costmodel.service.workers import run_workers

@@ -18,13 +18,17 @@ from pydantic import ValidationError
 
 from xla_costmodel.service.core.hlo import HloText
 from xla_costmodel.service.core.inputs import (
-    GRAPH_KEYS,
+    SENT_GRAPH_KEYS,
     RawGraph,
     config_array,
     one_graph,
 )
-from xla_costmodel.service.core.ranker import RankRequest, UploadRequest
 from xla_costmodel.service.core.raw_configs import RawConfigs
+from xla_costmodel.service.core.requests import (
+    RankOptions,
+    RankRequest,
+    UploadRequest,
+)
 from xla_costmodel.service.errors import (
     InvalidRequest,
     MalformedBody,
@@ -49,11 +53,11 @@ IGNORED_KEYS = frozenset(
     key
     for c in COLLECTIONS.values()
     for key in c.file_keys
-    if key not in GRAPH_KEYS and key not in CONFIG_KEYS
+    if key not in SENT_GRAPH_KEYS and key not in CONFIG_KEYS
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Params:
     """Query parameters; for npz bodies they carry what JSON puts in the body."""
 
@@ -137,18 +141,26 @@ def decode_upload(
                 f"configurable is for {HLO_MEDIA_TYPE} bodies", "configurable"
             )
         graph = HloText(graph.text, params.configurable, graph.field)
-    return UploadRequest(params.model, params.model_version, graph)
+    return UploadRequest(
+        model=params.model, model_version=params.model_version, graph=graph
+    )
 
 
 def decode_rank(
-    body: bytes, content_type: str | None, params: Params, max_decoded: int
+    body: bytes,
+    content_type: str | None,
+    params: Params,
+    max_decoded: int,
+    client: str = "",
 ) -> RankRequest:
+    """The rank request of a body and its query; ``client``: whose budget remembers
+    the batch (``core/clients.py``)."""
     decoder = RANK_DECODERS.get(media_type(content_type))
     if decoder is None:
         raise UnsupportedMediaType(
             _unsupported(content_type, RANK_DECODERS), "content-type"
         )
-    return decoder(body, params, max_decoded)
+    return decoder(body, params, max_decoded, client)
 
 
 def _unsupported(content_type: str | None, table: Mapping[str, Any]) -> str:
@@ -182,7 +194,9 @@ def _graph_arrays(graph: GraphIn, prefix: str, nbytes: int) -> RawGraph:
     return RawGraph(arrays, prefix, nbytes)
 
 
-def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
+def _json_rank(
+    body: bytes, params: Params, max_decoded: int, client: str
+) -> RankRequest:
     for name, value in vars(params).items():
         if value is not None and name != "adapt":
             raise InvalidRequest(
@@ -199,18 +213,22 @@ def _json_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     configs: Any = RawConfigs(req.raw_configs) if req.raw_configs is not None else None
     if req.configs is not None:  # here, off the loop when the body is large
         configs = config_array(req.configs, "configs")
-    return RankRequest(
-        req.model,
-        req.model_version,
-        req.graph_id,
-        graph,
-        configs,
-        "configs" if req.raw_configs is None else "raw_configs",
-        req.top_k,
-        req.target,
-        req.adapt and params.adapt is not False,
+    options = RankOptions(
+        model_version=req.model_version,
+        top_k=req.top_k,
+        target=req.target,
+        adapt=req.adapt and params.adapt is not False,
         portfolio=req.portfolio,
         compiler=req.compiler,
+    )
+    return RankRequest(
+        model=req.model,
+        graph_id=req.graph_id,
+        graph=graph,
+        configs=configs,
+        configs_field="configs" if req.raw_configs is None else "raw_configs",
+        client=client,
+        options=options,
     )
 
 
@@ -250,14 +268,16 @@ def load_npz(
         raise MalformedBody(f"not a readable npz archive: {exc}") from None
 
 
-NPZ_KEYS = frozenset(GRAPH_KEYS) | set(CONFIG_KEYS)
+NPZ_KEYS = frozenset(SENT_GRAPH_KEYS) | set(CONFIG_KEYS)
 
 
 def _npz_graph(body: bytes, max_decoded: int) -> RawGraph:
     return _npz_raw_graph(load_npz(body, max_decoded, NPZ_KEYS))
 
 
-def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
+def _npz_rank(
+    body: bytes, params: Params, max_decoded: int, client: str
+) -> RankRequest:
     if params.model is None:
         raise InvalidRequest(
             "query parameter 'model' is required for npz bodies", "model"
@@ -271,31 +291,35 @@ def _npz_rank(body: bytes, params: Params, max_decoded: int) -> RankRequest:
     raw = _npz_raw_graph(arrays)
     graph = raw if raw.arrays else None
     one_graph(params.graph_id, graph)
-    return RankRequest(
-        params.model,
-        params.model_version,
-        params.graph_id,
-        graph,
-        arrays[present[0]],
-        present[0],
-        params.top_k,
-        params.target,
-        params.adapt is not False,
+    options = RankOptions(
+        model_version=params.model_version,
+        top_k=params.top_k,
+        target=params.target,
+        adapt=params.adapt is not False,
         portfolio=params.portfolio is True,
         compiler=params.compiler,
+    )
+    return RankRequest(
+        model=params.model,
+        graph_id=params.graph_id,
+        graph=graph,
+        configs=arrays[present[0]],
+        configs_field=present[0],
+        client=client,
+        options=options,
     )
 
 
 def _npz_raw_graph(arrays: Mapping[str, Any]) -> RawGraph:
     """The graph arrays, sized by what they decoded to: the compressed body's size
     says nothing of the work of validating and hashing them."""
-    graph = {k: v for k, v in arrays.items() if k in GRAPH_KEYS}
+    graph = {k: v for k, v in arrays.items() if k in SENT_GRAPH_KEYS}
     nbytes = sum(int(v.nbytes) for v in graph.values())
     return RawGraph(graph, "", nbytes)
 
 
 GraphDecoder = Callable[[bytes, int], RawGraph | HloText]
-RankDecoder = Callable[[bytes, Params, int], RankRequest]
+RankDecoder = Callable[[bytes, Params, int, str], RankRequest]
 
 GRAPH_DECODERS: dict[str, GraphDecoder] = {
     JSON_MEDIA_TYPE: _json_graph,

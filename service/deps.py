@@ -12,9 +12,9 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from xla_costmodel.service.core.auth import Caller, FeedbackAuth
+from xla_costmodel.service.core.auth import Caller
 from xla_costmodel.service.core.best import BestLookup
-from xla_costmodel.service.core.clients import ClientIds
+from xla_costmodel.service.core.build import Core
 from xla_costmodel.service.core.decisions import DecisionRecorder
 from xla_costmodel.service.core.feedback import FeedbackRecorder
 from xla_costmodel.service.core.fleet import FleetGain
@@ -26,6 +26,10 @@ from xla_costmodel.service.settings import Settings
 from xla_costmodel.service.store import Writer
 
 
+def _core(request: Request) -> Core:
+    return cast(Core, request.app.state.core)
+
+
 async def get_settings(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
@@ -35,7 +39,7 @@ async def get_registry(request: Request) -> ModelRegistry:
 
 
 async def get_ranker(request: Request) -> Ranker:
-    return cast(Ranker, request.app.state.ranker)
+    return _core(request).ranker
 
 
 async def get_metrics(request: Request) -> Metrics:
@@ -43,19 +47,19 @@ async def get_metrics(request: Request) -> Metrics:
 
 
 async def get_feedback(request: Request) -> FeedbackRecorder:
-    return cast(FeedbackRecorder, request.app.state.feedback)
+    return _core(request).feedback
 
 
 async def get_fleet(request: Request) -> FleetGain:
-    return cast(FleetGain, request.app.state.fleet)
+    return _core(request).fleet
 
 
 async def get_decisions(request: Request) -> DecisionRecorder:
-    return cast(DecisionRecorder, request.app.state.decisions)
+    return _core(request).decisions
 
 
 async def get_best(request: Request) -> BestLookup:
-    return cast(BestLookup, request.app.state.best)
+    return _core(request).best
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -103,7 +107,7 @@ async def get_writer(
 
     The header is judged by the core, not ``HTTPBearer`` (declared for the OpenAPI
     schema): that one reads ``Token x`` or ``Basic ...`` as no header at all."""
-    auth = cast(FeedbackAuth, request.app.state.feedback_auth)
+    auth = _core(request).feedback_auth
     sent = request.headers.getlist("authorization")
     if len(sent) > 1:
         raise Unauthorized("send one Authorization header", "Authorization")
@@ -121,7 +125,7 @@ WriterDep = Annotated[Writer | None, Depends(get_writer)]
 
 async def get_client(request: Request) -> str:
     """The rank request's client, for per-client budgets (``core/clients.py``)."""
-    ids = cast(ClientIds, request.app.state.clients)
+    ids = _core(request).clients
     peer = request.client
     authorization = request.headers.get("authorization")
     return await ids.of(authorization, None if peer is None else peer.host)

@@ -102,7 +102,7 @@ class RequestContext:
 
         limited = scope["path"].startswith(_LIMITED_PREFIX)
         if metrics is not None:
-            metrics.inflight.inc()
+            metrics.http.inflight.inc()
         holds = False  # an in-flight slot, taken once the body is in
         reserved = _Reserved()  # budget bytes this request's body holds
         try:
@@ -111,7 +111,7 @@ class RequestContext:
                     body = await self._body(scope, receive, reserved)
                 except ServiceError as refused:
                     if isinstance(refused, RequestTimeout) and metrics is not None:
-                        metrics.body_timeouts.inc()
+                        metrics.http.body_timeouts.inc()
                     await _send_error(send_with_id, *http_error(refused))
                     return
                 if body is None:  # the client went away mid-body
@@ -193,10 +193,10 @@ class RequestContext:
         model = str(scope.get("state", {}).get("model", ""))
         method = scope["method"]
         if metrics is not None:
-            metrics.inflight.dec()
+            metrics.http.inflight.dec()
             label = _model_label(scope, model)
-            metrics.request_seconds.labels(route, method, label).observe(seconds)
-            metrics.requests.labels(route, method, str(status)).inc()
+            metrics.http.request_seconds.labels(route, method, label).observe(seconds)
+            metrics.http.requests.labels(route, method, str(status)).inc()
         level = logging.INFO if route.startswith(_LIMITED_PREFIX) else logging.DEBUG
         log.log(
             level,

@@ -536,8 +536,8 @@ class DecisionIn(StrictWire):
     hlo_fingerprint: str | None = Field(
         None,
         pattern=HEX64,
-        description="sha256 of the program's HLO text without metadata "
-        "(tpugraphs.graph_id.hlo_fingerprint): GET /v1/best finds the decision by it",
+        description="sha256 of the program's lowered StableHLO module without debug "
+        "info (clients.xla.reuse.fingerprint): GET /v1/best finds the decision by it",
     )
     config: DecisionConfig
     compiler_options: dict[OptionName, OptionValue] = Field(

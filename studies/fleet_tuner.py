@@ -159,8 +159,9 @@ def tune_model(
     t = Tuner(program, noise, rng, budget)
     taken = {0}
 
-    def prior_of(rows: F32) -> F32:  # the prior's scores of rows of this program
-        assert prior is not None
+    def prior_of(rows: F32) -> F32 | None:  # the prior's scores of measured rows
+        if prior is None:
+            return None
         return prior[
             [int(np.flatnonzero((program.configs == r).all(1))[0]) for r in rows]
         ]
@@ -182,7 +183,7 @@ def tune_model(
             program.summary,
             measured,
             foreign=foreign,
-            prior_of=None if prior is None else prior_of,
+            prior_measured=prior_of(measured.configs),
             portfolio=step.explore > 0,
             exclude=program.name,
         )

@@ -2,7 +2,7 @@
 adaptation measured end to end, through real processes.
 
 Starts a ``redis-server``, a throwaway PostgreSQL cluster and uvicorn services
-(``xla_costmodel.procs``) on free loopback ports, each service with a fresh SQLite data
+(``xla_costmodel.harness``) on free loopback ports, each service with a fresh SQLite data
 directory (or the PostgreSQL database), and drives them with the real client and the
 real replay autotuner:
 
@@ -49,8 +49,8 @@ import typer
 
 from xla_costmodel import shipped_models
 from xla_costmodel.clients import CostModelClient
+from xla_costmodel.harness import PostgresServer, RedisServer, ServiceServer
 from xla_costmodel.models.shipped import TILE_EPOCHS
-from xla_costmodel.procs import PostgresServer, RedisServer, ServiceServer
 from xla_costmodel.studies import learning_layout, learning_tile, learning_timing
 from xla_costmodel.studies.learning_report import plot, summary
 

@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 
 from xla_costmodel import paths
-from xla_costmodel.procs import ServiceServer
+from xla_costmodel.harness import ServiceServer
 from xla_costmodel.studies.prometheus import PrometheusServer
 
 DATASETS = paths.XLA_CPU_DATA  # from the repository root (make)

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from xla_costmodel.procs import LOOPBACK, ManagedProcess, ProcessError
+from xla_costmodel.harness import LOOPBACK, ManagedProcess, ProcessError
 
 RULES = Path("deploy/monitoring/rules.yml")  # from the repository root (make)
 

@@ -44,9 +44,9 @@ import numpy as np
 from xla_costmodel import paths
 from xla_costmodel.clients.xla import probe
 from xla_costmodel.clients.xla.measure import TimingProtocol, measure
-from xla_costmodel.clients.xla.tune_cli import load_program, short
+from xla_costmodel.clients.xla.programs import load_program, short
+from xla_costmodel.harness import ServiceServer
 from xla_costmodel.models import xla_cpu_recipe as recipe
-from xla_costmodel.procs import ServiceServer
 from xla_costmodel.studies.fleet_report import geomean
 from xla_costmodel.tpugraphs import machine, xla_cpu
 

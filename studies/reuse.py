@@ -35,8 +35,8 @@ from typing import Any
 
 import httpx
 
-from xla_costmodel.clients.xla.tune_cli import short
-from xla_costmodel.procs import ServiceServer
+from xla_costmodel.clients.xla.programs import short
+from xla_costmodel.harness import ServiceServer
 from xla_costmodel.studies.fleet import geomean
 from xla_costmodel.studies.real_fleet import COMMAND, PROGRAMS, names, remeasure
 from xla_costmodel.tpugraphs import machine
@@ -47,7 +47,7 @@ BUDGET = 8
 JIT_CODE = """
 import dataclasses, json, sys
 from xla_costmodel.clients.xla import jit
-from xla_costmodel.clients.xla.tune_cli import load_program
+from xla_costmodel.clients.xla.programs import load_program
 fn, args = load_program(sys.argv[1])
 f = jit(fn, server=sys.argv[2])
 f(*args)

@@ -1,6 +1,6 @@
 """Fixtures shared by every test layer: the real TpuGraphs sample (in the repository,
 ``datasets/tpugraphs``), a real redis-server and a real PostgreSQL server
-(``xla_costmodel.procs``).
+(``xla_costmodel.harness``).
 
 Redis and PostgreSQL are never mocked and never skipped: a missing ``redis-server`` or
 ``initdb``/``postgres`` fails the run (``make test`` installs both). Each session gets
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_costmodel.procs import PostgresServer, ProcessError, RedisServer
+from xla_costmodel.harness import PostgresServer, ProcessError, RedisServer
 
 # ``COSTMODEL_TEST_SHUFFLE=SEED pytest ...`` runs the collected tests in an order
 # shuffled with SEED (.ci/run does it once for the service tests): a test that passes

@@ -1,5 +1,5 @@
-"""The package's import graph has no cycle, hidden or not, and clients/ never imports
-collection/.
+"""The package's import graph has no cycle, hidden or not; clients/ never imports
+collection/, and only the runs (bench/, chaos/, studies/) import the process harness.
 
 Every module of ``xla_costmodel`` (the linked folders included) is parsed with ``ast``;
 every ``import``/``from ... import`` of ``xla_costmodel.*`` counts, at module level or
@@ -139,6 +139,28 @@ def test_the_client_never_imports_the_collection_tooling() -> None:
         if target.startswith(f"{ROOT}.collection")
     ]
     assert not wrong, wrong
+
+
+# Who may start processes: the runs and the harness itself (the tests import it too).
+HARNESS_USERS = ("bench", "chaos", "studies", "harness")
+
+
+def test_only_the_runs_import_the_process_harness() -> None:
+    """The harness (``harness/``) starts servers for the bench, the chaos run and the
+    studies; the root package, the service, the client and the rest never import it,
+    and it imports nothing of the package but itself."""
+    graph = import_graph(modules())
+    harness = f"{ROOT}.harness"
+    users = tuple(f"{ROOT}.{p}" for p in HARNESS_USERS)
+    wrong = [
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if (target.startswith(harness) and not module.startswith(users))
+        or (module.startswith(harness) and not target.startswith(harness))
+    ]
+    assert not wrong, wrong
+    assert f"{ROOT}.procs" not in graph  # the root package holds no process code
 
 
 def test_the_checker_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from xla_costmodel.procs import PostgresServer, RedisServer, ServiceServer
+from xla_costmodel.harness import PostgresServer, RedisServer, ServiceServer
 
 pytest.importorskip("jax")  # the quick starts need the xla extra, as the README says
 

@@ -1,7 +1,10 @@
 """One graph's ranking from three sources: the artifact's prior, the target's
 knowledge and the graph's own measurements.
 
-    blend(configs, prior, knowledge, summary, measured, ...) -> Blended
+    combine(prior, knowledge, summary, measured, ...) -> Combined   steps 1-2
+    fit(measured, combined prior of its configs) -> Fitted           step 3
+    compose(configs, combined, measured, fitted, ...) -> Blended     steps 3-4
+    blend(configs, prior, knowledge, summary, measured, ...)         all of it
 
 1. The target's programs are weighted for this graph (``Knowledge.weights``: HLO
    similarity, and how well each explains what this graph measured so far), and
@@ -18,14 +21,18 @@ knowledge and the graph's own measurements.
    column, which it shrinks toward (not toward zero) when data is thin.
 4. On request, the portfolio order (``Knowledge.portfolio``) for exploring.
 
+Every input is a value: the caller scores the measured configs and fits before
+``compose`` (the service keeps fits per graph, measurements and knowledge, and
+scores the measured configs only to refit: scoring thousands of them on every rank
+would cost more than the rank). ``blend`` runs the three steps in one call.
+
 The service runs this for every rank (in a worker thread) and the fleet simulation
-runs the very same function, so what the simulation measures is what the service
+runs the very same functions, so what the simulation measures is what the service
 does. numpy only; deterministic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,14 +53,23 @@ MIN_MEASUREMENTS = 4  # the service's COSTMODEL_ADAPT_MIN_MEASUREMENTS default
 
 
 @dataclass(frozen=True)
+class Shaping:
+    """What shaped a ranking besides the artifact's prior: the rank answer's fields
+    of that name (JSON keys; ``X-`` headers of npz answers; the client's result).
+    The defaults: the prior alone."""
+
+    adapted: int = 0  # distinct measured configs of this graph that shaped the scores
+    target_programs: int = 0  # programs of the target the knowledge holds
+    target_measurements: int = 0  # their measurements
+    knowledge_weight: float = 0.0  # the knowledge's share of the combined prior
+    prior_weight: float = 1.0  # the artifact's weight (1, or FOREIGN_WEIGHT)
+
+
+@dataclass(frozen=True)
 class Blended:
     scores: F32  # lower = predicted faster
     portfolio: I64 | None  # every index, exploration order; None: not asked
-    adapted: int  # distinct measured configs of this graph that shaped the scores
-    target_programs: int  # programs of the target the knowledge holds
-    target_measurements: int  # their measurements
-    knowledge_weight: float  # share of the target's knowledge in the combined prior
-    prior_weight: float  # the artifact's weight (1, or FOREIGN_WEIGHT)
+    shaping: Shaping
 
 
 @dataclass(frozen=True)
@@ -75,15 +91,6 @@ def distinct_configs(configs: npt.ArrayLike) -> int:
     return len(np.unique(arr.reshape(len(arr), -1), axis=0)) if len(arr) else 0
 
 
-# The artifact's scores of other configs of the graph (the measured ones), asked only
-# when a fit runs; fit(configs, runtimes, prior) -> Fitted, with ``prior`` a thunk of
-# the measured configs' combined prior: ``fit_now``, or a cache in front of it that
-# calls it only on a miss (the service keeps fits per graph, measurements and
-# knowledge: scoring thousands of measured configs on every rank would cost more
-# than the rank).
-PriorOf = Callable[[F32], F32]
-
-
 class Fitted(Protocol):
     """What a per-graph fit gives back (``adapt.Adapter``, or the service's shares)."""
 
@@ -93,12 +100,108 @@ class Fitted(Protocol):
     def score(self, configs: npt.ArrayLike, prior: npt.ArrayLike | None) -> F32: ...
 
 
-Fit = Callable[[F32, F64, Callable[[], F64]], Fitted]
+@dataclass(frozen=True)
+class Combined:
+    """Steps 1-2 for one graph: the knowledge's weights and share, and the
+    artifact's scores of the ranked configs (``prior``), whose spread is the unit
+    of every standardised artifact score (``of``)."""
+
+    prior: F32 | None
+    knowledge: Knowledge | None
+    weights: F64  # per knowledge program
+    share: float  # the knowledge's share of the combined prior
+    prior_weight: float
+    held: tuple[int, int]  # programs and measurements used: the graph's own left out
+
+    @property
+    def known(self) -> bool:
+        return self.knowledge is not None and self.knowledge.programs > 0
+
+    def of(self, rows: F32, artifact: F32 | None) -> F64:
+        """The combined prior of ``rows``, given the artifact's scores of them."""
+        if self.share == 0:  # nothing to combine with: the prior's own scores
+            if artifact is None:
+                return np.zeros(len(rows))
+            return np.asarray(artifact, np.float64)
+        out = np.zeros(len(rows))
+        if artifact is not None:
+            z = _z(np.asarray(artifact, np.float64), self.prior)
+            out += (1 - self.share) * self.prior_weight * z
+        assert self.knowledge is not None
+        out += self.share * self.knowledge.predict(rows, self.weights) / KNOWLEDGE_SCALE
+        return out
 
 
-def fit_now(configs: F32, runtimes_ns: F64, prior: Callable[[], F64]) -> Fitted:
-    """``adapt.fit``, no cache."""
-    return adapt.fit(configs, runtimes_ns, prior())
+def combine(
+    prior: F32 | None,
+    knowledge: Knowledge | None,
+    summary: F64 | None,
+    measured: Measured | None,
+    *,
+    foreign: bool,
+    exclude: str | None = None,
+    compiler: str | None = None,
+) -> Combined:
+    """Steps 1-2. ``prior``: the artifact's scores of the ranked configs;
+    ``summary``: the graph's (``knowledge.summarize``); ``exclude``: the graph's own
+    name in the knowledge (its measurements count once, through adaptation);
+    ``compiler``: the graph's (``Knowledge.weights``)."""
+    weights, evidence = np.zeros(0), 0.0
+    if knowledge is not None and knowledge.programs > 0:
+        rel = _relative(measured, knowledge)
+        weights, evidence = knowledge.weights(summary, rel, exclude, compiler)
+    return Combined(
+        prior,
+        knowledge,
+        weights,
+        evidence / (evidence + KNOWLEDGE_PROGRAMS),
+        FOREIGN_WEIGHT if foreign else 1.0,
+        _held(knowledge, exclude),
+    )
+
+
+def wants_fit(measured: Measured | None, min_measurements: int) -> bool:
+    """Whether ``measured`` holds enough distinct configs for step 3."""
+    return measured is not None and measured.count() >= min_measurements
+
+
+def fit(measured: Measured, combined_prior: F64) -> Fitted:
+    """Step 3, no cache: ``combined_prior`` is ``Combined.of`` the measured configs."""
+    return adapt.fit(measured.configs, measured.runtimes_ns, combined_prior)
+
+
+def compose(
+    configs: npt.ArrayLike,
+    combined: Combined,
+    measured: Measured | None,
+    fitted: Fitted | None,
+    *,
+    min_measurements: int = MIN_MEASUREMENTS,
+    portfolio: bool = False,
+) -> Blended:
+    """The scores of ``configs``: their combined prior, adapted by ``fitted`` (a fit
+    of ``measured``, given only when ``wants_fit``) when it used enough
+    measurements; and on request the exploration order."""
+    cfg = np.asarray(configs, np.float32)
+    scores = combined.of(cfg, combined.prior)
+    adapted = 0
+    if fitted is not None and fitted.measurements >= min_measurements:
+        scores = fitted.score(cfg, scores).astype(np.float64)
+        adapted = fitted.measurements
+    order = None
+    if portfolio:
+        seen = None if measured is None else measured.configs
+        if combined.known:
+            assert combined.knowledge is not None
+            order = combined.knowledge.portfolio(
+                cfg, combined.weights, scores, measured=seen
+            )
+        else:
+            order = np.asarray(
+                spread(cfg, scores, seen=[] if seen is None else list(seen)), np.int64
+            )
+    shaping = Shaping(adapted, *combined.held, combined.share, combined.prior_weight)
+    return Blended(scores.astype(np.float32), order, shaping)
 
 
 def blend(
@@ -109,66 +212,34 @@ def blend(
     measured: Measured | None,
     *,
     foreign: bool,
-    prior_of: PriorOf | None = None,
-    fit: Fit = fit_now,
+    prior_measured: F32 | None = None,
     min_measurements: int = MIN_MEASUREMENTS,
     portfolio: bool = False,
     exclude: str | None = None,
     compiler: str | None = None,
 ) -> Blended:
-    """Scores for ``configs`` (module docstring). ``prior``: the artifact's scores
-    of ``configs`` and ``prior_of`` of others (both or neither); ``exclude``: the
-    graph's own name in the knowledge (its measurements count once, through
-    adaptation); ``compiler``: the graph's (``Knowledge.weights``)."""
-    cfg = np.asarray(configs, np.float32)
-    prior_weight = FOREIGN_WEIGHT if foreign else 1.0
-    rel = _relative(measured, knowledge)
-    known = knowledge is not None and knowledge.programs > 0
-    weights, evidence = np.zeros(0), 0.0
-    if known:
-        assert knowledge is not None
-        weights, evidence = knowledge.weights(summary, rel, exclude, compiler)
-    share = evidence / (evidence + KNOWLEDGE_PROGRAMS)
-
-    def combined(rows: F32, p: F32 | None) -> F64:
-        if share == 0:  # nothing to combine with: the prior's own scores
-            return np.zeros(len(rows)) if p is None else np.asarray(p, np.float64)
-        out = np.zeros(len(rows))
-        if p is not None:
-            out += (1 - share) * prior_weight * _z(np.asarray(p, np.float64), prior)
-        assert knowledge is not None
-        out += share * knowledge.predict(rows, weights) / KNOWLEDGE_SCALE
-        return out
-
-    scores = combined(cfg, prior)
-    adapted = 0
-    if measured is not None and measured.count() >= min_measurements:
-        rows = measured.configs
-
-        def p_meas() -> F64:
-            return combined(rows, None if prior_of is None else prior_of(rows))
-
-        fitted = fit(rows, measured.runtimes_ns, p_meas)
-        if fitted.measurements >= min_measurements:
-            scores = fitted.score(cfg, scores).astype(np.float64)
-            adapted = fitted.measurements
-    order = None
-    if portfolio:
-        seen = None if measured is None else measured.configs
-        if known:
-            assert knowledge is not None
-            order = knowledge.portfolio(cfg, weights, scores, measured=seen)
-        else:
-            order = np.asarray(
-                spread(cfg, scores, seen=[] if seen is None else list(seen)), np.int64
-            )
-    return Blended(
-        scores.astype(np.float32),
-        order,
-        adapted,
-        *_held(knowledge, exclude),
-        share,
-        prior_weight,
+    """``combine``, ``fit`` and ``compose`` in one call, no cache. ``prior``: the
+    artifact's scores of ``configs``, and ``prior_measured`` of ``measured``'s
+    configs (both or neither)."""
+    combined = combine(
+        prior,
+        knowledge,
+        summary,
+        measured,
+        foreign=foreign,
+        exclude=exclude,
+        compiler=compiler,
+    )
+    fitted = None
+    if measured is not None and wants_fit(measured, min_measurements):
+        fitted = fit(measured, combined.of(measured.configs, prior_measured))
+    return compose(
+        configs,
+        combined,
+        measured,
+        fitted,
+        min_measurements=min_measurements,
+        portfolio=portfolio,
     )
 
 

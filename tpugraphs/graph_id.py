@@ -20,7 +20,6 @@ wrapped or truncated into another graph's id.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 import numpy as np
@@ -75,18 +74,3 @@ def _canonical(key: str, value: Any, dtype: np.dtype[Any]) -> np.ndarray[Any, An
         if arr.min() < info.min or arr.max() > info.max:
             raise ValueError(f"{key}: values must lie in [{info.min}, {info.max}]")
     return np.ascontiguousarray(arr, dtype=dtype)
-
-
-# Source locations and op names (``metadata={...}``) differ between two machines
-# lowering the same program from different paths; they change no instruction.
-_METADATA = re.compile(r",\s*metadata=\{[^{}]*\}")
-HLO_FINGERPRINT_PREFIX = b"costmodel-hlo-v1\n"
-
-
-def hlo_fingerprint(text: str) -> str:
-    """Hex sha256 of HLO text without its metadata: the name ``jit`` finds a stored
-    decision by without featurizing the program (hashing takes ~1 ms per MB, where
-    featurizing takes ~20 us per instruction). Two lowerings of one program with the
-    same jaxlib give the same fingerprint; a tuner stores it beside the graph id."""
-    canonical = _METADATA.sub("", text).strip()
-    return hashlib.sha256(HLO_FINGERPRINT_PREFIX + canonical.encode()).hexdigest()

@@ -11,7 +11,7 @@ One import namespace; the repository's folders map onto it (``pyproject.toml``):
     xla_costmodel.bench        bench/       make bench        (extra: bench)
     xla_costmodel.chaos        chaos/       make chaos        (extra: bench)
     xla_costmodel.studies      studies/     research studies  (extra: bench)
-    xla_costmodel.procs        procs.py     the processes tests and runs start
+    xla_costmodel.harness      harness/     the processes tests and runs start
 
 The base install is the client (numpy, httpx) plus what the ``costmodel`` command
 needs (typer, rich); nothing here imports more at import time.

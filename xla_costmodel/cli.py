@@ -10,30 +10,14 @@ never at import time, and none of them imports torch until it runs.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
 import typer
 
 from xla_costmodel import DISTRIBUTION, version
+from xla_costmodel.extras import install_hint, missing, needs
 
-# What each extra must have installed: checked before its commands are imported.
-EXTRAS: dict[str, tuple[str, ...]] = {
-    "": (),  # the base install
-    "service": ("fastapi", "uvicorn", "onnxruntime", "sqlalchemy", "pydantic_settings"),
-    "train": ("torch", "onnx", "onnxruntime"),
-    "bench": ("matplotlib", "fastapi", "onnxruntime"),
-    "xla": ("jax", "keras"),
-    # Not an extra: what `costmodel simulate --quick` imports (its full run also needs
-    # torch for the model's prior, checked when it runs).
-    "simulate": ("onnxruntime", "scipy"),
-}
-# Requirements that are not one extra: the hint printed instead of install_hint's.
-HINTS: dict[str, str] = {
-    "simulate": "pip install 'xla-costmodel[train,xla]' "
-    "(--quick: pip install onnxruntime scipy)",
-}
 # command name -> ("module:function", extra)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("xla_costmodel.models.cli:train", "train"),
@@ -107,22 +91,6 @@ def _root(
     ),
 ) -> None:
     """Learned cost model for XLA autotuners."""
-
-
-def missing(extra: str) -> list[str]:
-    """The modules of ``extra`` that are not installed."""
-    return [m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None]
-
-
-def install_hint(extra: str) -> str:
-    return HINTS.get(extra, f"pip install '{DISTRIBUTION}[{extra}]'")
-
-
-def needs(command: str, extra: str) -> str:
-    """The one line printed when ``extra``'s modules are missing."""
-    if extra in HINTS:
-        return f"costmodel {command} needs {', '.join(EXTRAS[extra])}: {HINTS[extra]}"
-    return f"costmodel {command} needs the {extra} extra: {install_hint(extra)}"
 
 
 def _register(

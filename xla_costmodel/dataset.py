@@ -48,7 +48,7 @@ def export(
     from rich.console import Console
     from rich.table import Table
 
-    from xla_costmodel.service.admin_cli import open_store
+    from xla_costmodel.service.command_store import open_store
     from xla_costmodel.service.store.export import ExportedFile, export_dataset
 
     console = Console(stderr=True)

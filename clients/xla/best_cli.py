@@ -17,7 +17,7 @@ from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import prepare_graph
-from xla_costmodel.clients.xla.tune_cli import load_program, short
+from xla_costmodel.clients.xla.programs import load_program, short
 from xla_costmodel.tpugraphs import machine
 
 

@@ -16,6 +16,7 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,21 @@ CONTROL_OPTIONS: tuple[dict[str, Any], ...] = (
     {"xla_cpu_copy_insertion_use_region_analysis": False},
 )
 CRASHED = "crashed the process (compile or first run); left out after a restart"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One option set, compiled and run once: ``executable`` is None when it did not
+    compile, crashed an earlier process (``crashed``) or was refused (``error`` says
+    why); ``sha1`` of its optimized HLO, the compile's ``seconds``, and
+    ``max_rel_diff`` of its first output against the default's (None: not run)."""
+
+    executable: Any  # jax.stages.Compiled
+    error: str | None = None
+    sha1: str | None = None
+    seconds: float = 0.0
+    crashed: bool = False
+    max_rel_diff: float | None = None
 
 
 class Journal:
@@ -68,7 +84,7 @@ class Journal:
         self.path.unlink(missing_ok=True)
 
 
-def compile_one(lowered: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+def compile_one(lowered: Any, options: Mapping[str, Any]) -> Compiled:
     start = time.monotonic()
     try:
         executable = lowered.compile(compiler_options=dict(options))
@@ -77,13 +93,7 @@ def compile_one(lowered: Any, options: Mapping[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # XLA raises its own types; every one is a data point
         executable, digest = None, None
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
-    return {
-        "executable": executable,
-        "error": error,
-        "sha1": digest,
-        "seconds": time.monotonic() - start,
-        "crashed": False,
-    }
+    return Compiled(executable, error, digest, time.monotonic() - start)
 
 
 def compile_and_probe(
@@ -92,30 +102,21 @@ def compile_and_probe(
     args: tuple[Any, ...],
     journal: Journal,
     compile_cpus: Sequence[int] | None,
-) -> list[dict[str, Any]]:
+) -> list[Compiled]:
     """Compile each option set (entry 0 the default), then run each once.
 
-    A crashed entry (per the journal) is neither compiled nor run. Returns one dict
-    per entry: executable (None when it failed), error, sha1 of the optimized HLO,
-    compile seconds, crashed, and ``max_rel_diff`` of its output against entry 0's.
+    A crashed entry (per the journal) is neither compiled nor run. Returns one
+    ``Compiled`` per entry, with ``max_rel_diff`` of its output against entry 0's.
     """
     crashed = journal.crashed()
     pinned = os.sched_getaffinity(0)
     if compile_cpus:  # compiling may use every CPU; running stays pinned
         os.sched_setaffinity(0, set(compile_cpus))
     try:
-        entries: list[dict[str, Any]] = []
+        entries: list[Compiled] = []
         for k, opts in enumerate(options):
             if k in crashed:
-                entries.append(
-                    {
-                        "executable": None,
-                        "error": CRASHED,
-                        "sha1": None,
-                        "seconds": 0.0,
-                        "crashed": True,
-                    }
-                )
+                entries.append(Compiled(None, CRASHED, crashed=True))
                 continue
             journal.mark("c", k)
             entries.append(compile_one(lowered, opts))
@@ -124,16 +125,15 @@ def compile_and_probe(
         os.sched_setaffinity(0, pinned)
     reference: list[np.ndarray[Any, Any]] | None = None
     for k, entry in enumerate(entries):
-        if entry["executable"] is None:
+        if entry.executable is None:
             continue
         journal.mark("r", k)
-        leaves = [np.asarray(x) for x in jax.tree.leaves(entry["executable"](*args))]
+        leaves = [np.asarray(x) for x in jax.tree.leaves(entry.executable(*args))]
         journal.mark("R", k)
         if k == 0:
             reference = leaves
-        entry["max_rel_diff"] = (
-            None if reference is None else _rel_diff(leaves, reference)
-        )
+        diff = None if reference is None else _rel_diff(leaves, reference)
+        entries[k] = replace(entry, max_rel_diff=diff)
     return entries
 
 

@@ -67,20 +67,18 @@ from xla_costmodel.clients.wire import BestKnown
 from xla_costmodel.clients.xla import policy, reuse
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.pickers import ModelPicker, Picker, RandomPicker
-from xla_costmodel.clients.xla.tune_rounds import (
+from xla_costmodel.clients.xla.tune_bench import Bench
+from xla_costmodel.clients.xla.tune_config import (
     TUNE_PROTOCOL,
-    Bench,
     Log,
-    Measured,
     Options,
-    Rounds,
     Rows,
     Strategy,
     TuneConfig,
     default_crash_dir,
 )
+from xla_costmodel.clients.xla.tune_rounds import Measured, Rounds
 from xla_costmodel.tpugraphs import machine, xla_cpu
-from xla_costmodel.tpugraphs.graph_id import hlo_fingerprint
 
 __all__ = ["Autotuned", "TuneConfig", "TuneReport", "autotuned", "tune"]
 
@@ -171,7 +169,7 @@ def tune(
     (default: this CPU, ``machine.target()``). With ``reuse``, what the fleet
     decided for this program (by ``min_writers`` writers at least) is verified
     first (``reuse.py``). ``crash_dir`` keeps the crash journals
-    (``tune_rounds.Bench``; default ``~/.cache/costmodel/tune``). ``progress``
+    (``tune_bench.Bench``; default ``~/.cache/costmodel/tune``). ``progress``
     receives a line per step.
     """
     cfg = TuneConfig(
@@ -252,20 +250,20 @@ def _tune(
     lowered = jax.jit(fn).lower(*args)
     text = lowered.as_text(dialect="hlo")
     if cfg.strategy == "model" and client is not None:
-        state.why = _prepare(state, client, text)
+        state.why = _prepare(state, client, text, lowered)
         if state.known is not None:
             rows, state.known_row = _with_row(rows, state.known.config)
     crashes = cfg.crash_dir or default_crash_dir()
     crash_path = crashes / f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.journal"
     with tempfile.TemporaryDirectory(prefix="costmodel-tune-") as workdir:
         bench = Bench(lowered, args, cfg, Path(workdir), crash_path)
-        run = Rounds(bench, rows, log)
+        run = Rounds(bench, rows, cfg, log)
         chosen = _check_known(state, run, log)
         if state.reused:
             default_ns = bench.measure([])[1]
             if chosen is not None and chosen.final_default_ns is not None:
                 default_ns = chosen.final_default_ns  # from the verifying pairs
-            noise = max([0.0, *bench.noises])
+            noise = bench.noise
         else:
             _play(state, run, client, rows, cfg)
             chosen, default_ns, noise = run.decide()
@@ -273,7 +271,24 @@ def _tune(
     # A reused default was not measured again: nothing new to tell.
     if client and state.program and not (state.reused and chosen is None):
         _tell(state, client, run, rows, chosen, default_ns, best_ns)
-    report = TuneReport(
+    report = _report(state, run, chosen, (default_ns, best_ns), noise, started)
+    executable = bench.default_executable if chosen is None else chosen.executable
+    return report, executable
+
+
+def _report(
+    state: _Run,
+    run: Rounds,
+    chosen: Measured | None,
+    ns: tuple[int, int],
+    noise: float,
+    started: float,
+) -> TuneReport:
+    """The run's report: ``ns`` the default's and the chosen options' runtimes,
+    ``started`` the run's start (``time.monotonic``)."""
+    default_ns, best_ns = ns
+    cfg, rows = state.cfg, run.rows
+    return TuneReport(
         default_ms=default_ns / 1e6,
         best_ms=best_ns / 1e6,
         speedup=default_ns / best_ns,
@@ -285,7 +300,7 @@ def _tune(
         candidates=cfg.candidates,
         seed=cfg.seed,
         noise=noise,
-        rounds=run.rounds,
+        rounds=[r.to_json() for r in run.rounds],
         target=state.target,
         model=cfg.model,
         model_version=state.model_version,
@@ -300,22 +315,20 @@ def _tune(
         decision_stored=state.decision_stored,
         pairs=run.pairs,
     )
-    executable = run.bench.controls[0] if chosen is None else chosen.executable
-    return report, executable
 
 
 def _quiet(line: str) -> None:
     pass
 
 
-def _prepare(state: _Run, client: CostModelClient, text: str) -> str:
+def _prepare(state: _Run, client: CostModelClient, text: str, lowered: Any) -> str:
     """Featurize the program for the service and ask what the fleet decided for it
     (``cfg.reuse``); returns why the default stays when the HLO cannot be used."""
     try:
         state.graph = prepare_graph(Hlo(text, configurable=None))
     except CostModelError as exc:
         return f"the HLO could not be featurized ({exc}): kept the default"
-    state.program = reuse.Program(state.graph.graph_id, hlo_fingerprint(text))
+    state.program = reuse.Program(state.graph.graph_id, reuse.fingerprint(lowered))
     if state.cfg.reuse:
         state.known, _ = reuse.ask(
             client,

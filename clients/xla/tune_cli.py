@@ -8,13 +8,10 @@ imported by that child (by the file, and by ``tune``), never at import.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -22,12 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from xla_costmodel.clients.client import CostModelClient
-from xla_costmodel.clients.xla.isolate import supervise
+from xla_costmodel.clients.xla.isolate import forwarded_argv, supervise
+from xla_costmodel.clients.xla.programs import load_program, short
 from xla_costmodel.clients.xla.tune import TuneReport
 from xla_costmodel.clients.xla.tune import tune as run_tune
-from xla_costmodel.tpugraphs import xla_cpu
-
-Program = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 class StrategyName(StrEnum):
@@ -35,7 +30,9 @@ class StrategyName(StrEnum):
     random = "random"
 
 
+# Over 60 lines for its typer options only (one parameter per flag): the work is _work's.
 def tune(
+    ctx: typer.Context,
     program: str = typer.Argument(
         ..., metavar="FILE.py:NAME", help="NAME() in FILE.py returns (fn, args)."
     ),
@@ -95,35 +92,9 @@ def tune(
     if not worker:
         # Some option sets crash XLA itself: tune in a child process, restarted after
         # a crash; the restarted run leaves the crashing config out (its journal).
-        argv = [
-            "tune",
-            program,
-            "--server",
-            server,
-            "--budget",
-            str(budget),
-            "--strategy",
-            strategy.value,
-            "--seed",
-            str(seed),
-            "--candidates",
-            str(candidates),
-            "--model",
-            model,
-            "--reuse" if reuse else "--no-reuse",
-            "--min-writers",
-            str(min_writers),
-            "--worker",
-            *(["--rounds", str(rounds)] if rounds is not None else []),
-            *(["--target", target] if target is not None else []),
-            *(["--json"] if json_ else []),
-        ]
+        omit = ("token", "restarts", "worker")
+        argv = [*forwarded_argv(ctx, omit), "--worker"]
         raise typer.Exit(supervise(argv, restarts, stderr.print))
-    fn, args = load_program(program)
-
-    def progress(line: str) -> None:
-        stderr.print(f"[dim]{line}[/dim]")
-
     kwargs: dict[str, Any] = {
         "strategy": strategy.value,
         "seed": seed,
@@ -131,18 +102,16 @@ def tune(
         "rounds": rounds,
         "model": model,
         "target": target,
-        "progress": progress,
         "reuse": reuse,
         "min_writers": min_writers,
     }
-    try:
-        if strategy is StrategyName.model:
-            with CostModelClient(server, token=token) as client:
-                report = run_tune(fn, args, budget, client=client, **kwargs)
-        else:
-            report = run_tune(fn, args, budget, **kwargs)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    report = _work(
+        program,
+        server if strategy is StrategyName.model else None,
+        token,
+        budget,
+        kwargs,
+    )
     if json_:
         typer.echo(json.dumps(report.to_json(), indent=2))
         return
@@ -152,49 +121,30 @@ def tune(
         console.print(line, highlight=False)
 
 
-def load_program(spec: str) -> Program:
-    """``NAME()`` of ``FILE.py`` (``spec`` = ``FILE.py:NAME``); BadParameter if not."""
-    path_text, sep, name = spec.rpartition(":")
-    path = Path(path_text)
-    if not sep or not name or path.suffix != ".py" or not path.is_file():
-        raise typer.BadParameter(
-            f"expected FILE.py:NAME of an existing file, got {spec!r}"
-        )
-    module_spec = importlib.util.spec_from_file_location(f"_tune_{path.stem}", path)
-    if module_spec is None or module_spec.loader is None:
-        raise typer.BadParameter(f"cannot import {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.path.insert(0, str(path.resolve().parent))  # the file may import its neighbours
+def _work(
+    program: str,
+    server: str | None,
+    token: str | None,
+    budget: int,
+    kwargs: dict[str, Any],
+) -> TuneReport:
+    """The worker's tuning of ``program`` (with the service at ``server``, if any),
+    its progress on stderr; a bad configuration is the command's BadParameter."""
+    fn, args = load_program(program)
+    stderr = Console(stderr=True)
+
+    def progress(line: str) -> None:
+        stderr.print(f"[dim]{line}[/dim]")
+
     try:
-        module_spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.resolve().parent))
-    builder = getattr(module, name, None)
-    if not callable(builder):
-        raise typer.BadParameter(f"{path} has no function {name!r}")
-    built = builder()
-    if not (isinstance(built, tuple) and len(built) == 2 and callable(built[0])):
-        raise typer.BadParameter(f"{name}() must return (fn, args), got {type(built)}")
-    fn, args = built
-    return fn, tuple(args)
-
-
-def short(options: dict[str, xla_cpu.OptionValue]) -> str:
-    """Compiler options in a few words: ``ynn=DOT+REDUCE -fusion,cse sched=MEMORY...``."""
-    if not options:
-        return "(default)"
-    parts = []
-    for key, value in options.items():
-        if key == xla_cpu.YNN_KEY:
-            names = [v.removeprefix(xla_cpu.YNN_PREFIX) for v in str(value).split(",")]
-            parts.append("ynn=" + ("+".join(n for n in names if n) or "none"))
-        elif key == xla_cpu.PASSES_KEY:
-            parts.append(f"-{value}")
-        elif key == xla_cpu.SCHEDULER_KEY:
-            parts.append("sched=" + str(value).removeprefix(xla_cpu.SCHEDULER_PREFIX))
-        else:
-            parts.append(f"{key.removeprefix('xla_cpu_')}={value}")
-    return " ".join(parts)
+        if server is not None:
+            with CostModelClient(server, token=token) as client:
+                return run_tune(
+                    fn, args, budget, client=client, progress=progress, **kwargs
+                )
+        return run_tune(fn, args, budget, progress=progress, **kwargs)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def render(report: TuneReport, program: str) -> Table:

@@ -1,7 +1,8 @@
 """Per-graph adaptation: what one graph measured on a target, and fits on it.
 
     await Adaptation.observed(runner, target, gid) -> Observed | None
-    Adaptation.fitter(runner, target, gid, observed, tag) -> Fit   (sync, cached)
+    Adaptation.fitted(runner, target, gid, tag) -> fit | None      (sync: the cache)
+    Adaptation.fit(runner, target, gid, tag, observed, prior) -> fit   (sync)
 
 ``observed`` asks ``generations`` for the graph's measurement generation (count,
 newest id): from memory while it is known fresh, one indexed query otherwise
@@ -9,11 +10,12 @@ newest id): from memory while it is known fresh, one indexed query otherwise
 when it changed, so a measurement stored through any replica reaches every
 replica's ranking within that bound. The
 ranking itself is composed by ``xla_costmodel.tpugraphs.blend`` (the artifact's
-prior, the target's knowledge, this fit), which calls the ``fitter``: per-writer
-shares of ``xla_costmodel.tpugraphs.adapt.fit`` (``shares.py``: per writer, and per
-compiler, another compiler's rows at reduced weight), cached per
-(model, version, target, graph) with the generation and ``tag`` (the target
-knowledge's version: the combined prior the fit shrinks toward changes with it).
+prior, the target's knowledge, this fit), given the fit made here beforehand
+(``shaping.py``): per-writer shares of ``xla_costmodel.tpugraphs.adapt.fit``
+(``shares.py``: per writer, and per compiler, another compiler's rows at reduced
+weight), cached per (model, version, target, graph) with its ``FitTag`` (the
+generation, the ranking's compiler and the target knowledge's version: the combined
+prior the fit shrinks toward changes with it).
 A database failure means no adaptation: logged and counted, never an error.
 """
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,8 +67,17 @@ class Observed:
 
 
 @dataclass(frozen=True)
+class FitTag:
+    """What a cached fit was made from; another tag means another fit."""
+
+    generation: tuple[int, int]  # of the graph's measurements
+    compiler: str | None  # the ranking's: rows of another weigh less
+    knowledge: int | None  # the target knowledge's version (None: none)
+
+
+@dataclass(frozen=True)
 class _Fit:
-    tag: tuple[object, ...]  # generation + the caller's tag
+    tag: FitTag
     adapter: Adapter | Shared
 
 
@@ -131,43 +141,37 @@ class Adaptation:
             return None
         return found if len(found.runtimes_ns) else None
 
-    def fitter(
+    def fitted(
+        self, runner: ArtifactRunner, target: str, gid: str, tag: FitTag
+    ) -> Adapter | Shared | None:
+        """The graph's cached fit, while ``tag`` is the one it was made with."""
+        found = self._fits.get((runner.name, runner.version, target, gid))
+        return found.adapter if found is not None and found.tag == tag else None
+
+    def fit(
         self,
         runner: ArtifactRunner,
         target: str,
         gid: str,
+        tag: FitTag,
         observed: Observed,
-        tag: tuple[object, ...],
-        compiler: str | None = None,
-    ) -> Callable[[F32, F64, Callable[[], F64]], Adapter | Shared]:
-        """``blend``'s fit for this graph: the cached adapter while the
-        measurements, ``tag`` and ``compiler`` (the ranking's: rows of another
-        weigh less, ``shares.py``) are unchanged (the prior of the measured configs
-        is not even computed then), else a fresh fit (timed)."""
-        key = (runner.name, runner.version, target, gid)
-        full = (observed.generation, compiler, *tag)
-
-        def fit(
-            configs: F32, runtimes: F64, prior: Callable[[], F64]
-        ) -> Adapter | Shared:
-            found = self._fits.get(key)
-            if found is not None and found.tag == full:
-                return found.adapter
-            combined = prior().astype(np.float32)  # scores the measured configs
-            start = time.perf_counter()
-            # Each writer's rows fit alone, one share each (shares.py).
-            adapter = fit_by_writer(
-                configs,
-                runtimes,
-                combined,
-                observed.writers,
-                observed.compilers or None,
-                compiler,
-            )
-            self.events.adaptation_fitted(
-                runner.name, time.perf_counter() - start, adapter.measurements
-            )
-            self._fits.put(key, _Fit(full, adapter))
-            return adapter
-
-        return fit
+        prior: F32,
+    ) -> Adapter | Shared:
+        """A fresh fit of ``observed`` (timed, cached under ``tag``), shrinking
+        toward ``prior``, the combined prior of its configs: per-writer shares,
+        rows of a compiler other than ``tag.compiler`` at reduced weight."""
+        start = time.perf_counter()
+        # Each writer's rows fit alone, one share each (shares.py).
+        adapter = fit_by_writer(
+            observed.configs,
+            observed.runtimes_ns.astype(np.float64),
+            prior,
+            observed.writers,
+            observed.compilers or None,
+            tag.compiler,
+        )
+        self.events.adaptation_fitted(
+            runner.name, time.perf_counter() - start, adapter.measurements
+        )
+        self._fits.put((runner.name, runner.version, target, gid), _Fit(tag, adapter))
+        return adapter

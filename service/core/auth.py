@@ -34,7 +34,11 @@ import anyio.to_thread
 
 from xla_costmodel.service.core.binding import listening, loopback_only
 from xla_costmodel.service.core.database import Database
-from xla_costmodel.service.errors import FeedbackUnavailable, Forbidden, Unauthorized
+from xla_costmodel.service.core.errors import (
+    FeedbackUnavailable,
+    Forbidden,
+    Unauthorized,
+)
 from xla_costmodel.service.store import StoreError, Writer
 
 log = logging.getLogger(__name__)

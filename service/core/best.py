@@ -31,9 +31,9 @@ from typing import Literal, Protocol
 
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.decision_cache import DecisionCache, Key
+from xla_costmodel.service.core.errors import DecisionsUnavailable, NoDecision
 from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.registry import ModelRegistry
-from xla_costmodel.service.errors import DecisionsUnavailable, NoDecision
 from xla_costmodel.service.store import StoredDecision, StoreUnavailable
 
 LookupResult = Literal["hit", "miss", "stale"]
@@ -41,7 +41,7 @@ FINGERPRINTS = 16_384  # (collection, target, fingerprint) -> graph id, in memor
 
 
 class BestEvents(Protocol):
-    """What lookups report (``xla_costmodel.service.metrics.Metrics``)."""
+    """What lookups report (``xla_costmodel.service.metrics.tuning.BestMetrics``)."""
 
     def best_lookup(self, target: str, result: LookupResult) -> None: ...
     def store_error(self, op: str) -> None: ...

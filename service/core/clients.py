@@ -18,8 +18,8 @@ import time
 
 from xla_costmodel.service.core.auth import bearer_token
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.errors import Unauthorized
 from xla_costmodel.service.core.lru import LRU
-from xla_costmodel.service.errors import Unauthorized
 from xla_costmodel.service.store import StoreError
 
 

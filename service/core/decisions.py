@@ -22,16 +22,16 @@ import anyio
 import numpy as np
 
 from xla_costmodel.service.core.database import Database
-from xla_costmodel.service.core.feedback import compact
-from xla_costmodel.service.core.generations import Generations
-from xla_costmodel.service.core.inputs import Limits, config_array
-from xla_costmodel.service.core.registry import ModelRegistry
-from xla_costmodel.service.errors import (
+from xla_costmodel.service.core.errors import (
     DecisionsUnavailable,
     Forbidden,
     IdempotencyConflict,
     InvalidRequest,
 )
+from xla_costmodel.service.core.feedback import compact
+from xla_costmodel.service.core.generations import Generations
+from xla_costmodel.service.core.inputs import Limits, config_array
+from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.store import (
     DecisionAdded,
     DecisionRecord,
@@ -48,7 +48,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class DecisionEvents(Protocol):
-    """What the recorder reports (``xla_costmodel.service.metrics.Metrics``)."""
+    """What the recorder reports (``xla_costmodel.service.metrics.tuning.DecisionMetrics``)."""
 
     def decision_stored(self, target: str, strategy: str) -> None: ...
     def store_error(self, op: str) -> None: ...

@@ -28,14 +28,7 @@ import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
-from xla_costmodel.service.core.generations import Generations
-from xla_costmodel.service.core.graphs import Graphs
-from xla_costmodel.service.core.hlo import HloText
-from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
-from xla_costmodel.service.core.recent import RecentRankings
-from xla_costmodel.service.core.registry import ModelRegistry
-from xla_costmodel.service.core.scoring import Scored, Scorer
-from xla_costmodel.service.errors import (
+from xla_costmodel.service.core.errors import (
     FeedbackUnavailable,
     Forbidden,
     GraphNotFound,
@@ -44,6 +37,13 @@ from xla_costmodel.service.errors import (
     QuotaExceeded,
     RankingNotFound,
 )
+from xla_costmodel.service.core.generations import Generations
+from xla_costmodel.service.core.graphs import Graphs
+from xla_costmodel.service.core.hlo import HloText
+from xla_costmodel.service.core.inference import InferencePool, Scored
+from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
+from xla_costmodel.service.core.recent import RecentRankings
+from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.store import (
     AddResult,
     IdempotencyKeyReused,
@@ -61,7 +61,7 @@ INT64_MAX = (1 << 63) - 1
 
 
 class FeedbackEvents(Protocol):
-    """What the recorder reports (``xla_costmodel.service.metrics.Metrics`` implements it)."""
+    """What the recorder reports (``xla_costmodel.service.metrics.tuning.FeedbackMetrics`` implements it)."""
 
     def feedback_stored(
         self, model: str, version: str, measurements: int, quality: Quality
@@ -172,7 +172,7 @@ class OnlineQuality:
 class FeedbackRecorder:
     """Checks a feedback request, scores its configs, stores it, then counts it.
 
-    ``graphs`` and ``scorer`` score the configs as ranking does, ``recent`` finds
+    ``graphs`` and ``pool`` score the configs as ranking does, ``recent`` finds
     the rank answer that ``config_indices`` index; ``db`` stores, and ``generations``
     tells every process's caches (this one's at once) before the answer goes."""
 
@@ -180,7 +180,7 @@ class FeedbackRecorder:
         self,
         registry: ModelRegistry,
         graphs: Graphs,
-        scorer: Scorer,
+        pool: InferencePool,
         recent: RecentRankings,
         db: Database,
         generations: Generations,
@@ -190,7 +190,7 @@ class FeedbackRecorder:
     ) -> None:
         self.registry = registry
         self.graphs = graphs
-        self.scorer = scorer
+        self.pool = pool
         self.recent = recent
         self.db = db
         self.generations = generations
@@ -282,8 +282,8 @@ class FeedbackRecorder:
         """Validate and score configs for a known graph; nothing is remembered."""
         embedding, _ = await self.graphs.known(runner, gid)
         checked = check_configs(value, runner, embedding, "configs", self.limits)
-        return await self.scorer.run(
-            self.scorer.score, runner, embedding, checked, "configs", False
+        return await self.pool.run(
+            self.pool.score, runner, embedding, checked, "configs", False
         )
 
     async def _precheck(self, writer: Writer | None, rows: int) -> None:

@@ -2,7 +2,8 @@
 
     summarise(graphs, decisions) -> [TargetFleet]   pure: per-graph summaries -> per target
     FleetSnapshot.capped(n)                   at most n targets per model, the rest "other"
-    FleetGain.refresh() / .run(period_s)      two database queries, then a new snapshot
+    FleetGain.refresh()                       two database queries, then a new snapshot
+    FleetGain.refresher(period_s) -> Periodic   the same on a timer
 
 A graph counts as tuned once its default config was measured (``costmodel tune``
 measures it in every round); its gain is best / default, the fastest runtime measured
@@ -19,8 +20,6 @@ or feedback request ever waits for this query), and ``/metrics`` and
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 from collections import defaultdict
@@ -30,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.periodic import Periodic
 from xla_costmodel.service.store import StoreError
 from xla_costmodel.service.store.summary import GraphSummary
 
@@ -146,7 +146,6 @@ class FleetGain:
         self.db = db
         self.events = events
         self.snapshot = EMPTY
-        self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> bool:
         """Query the database once; on failure keep the last snapshot (False)."""
@@ -161,25 +160,6 @@ class FleetGain:
         self.snapshot = FleetSnapshot(datetime.now(UTC), targets)
         return True
 
-    async def run(self, period_s: float) -> None:
-        """Refresh now and every ``period_s`` until cancelled."""
-        while True:
-            try:
-                await self.refresh()
-            except Exception:  # a bug must not end the refreshes for good
-                log.exception("fleet summary failed")
-            await asyncio.sleep(period_s)
-
-    def start(self, period_s: float) -> None:
-        """``run`` as a task of the running loop (the app's lifespan owns it)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self.run(period_s), name="fleet-gain")
-
-    async def stop(self) -> None:
-        """Cancel the task; a query in flight finishes first (its thread cannot be
-        interrupted), so the database is never closed under it."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def refresher(self, period_s: float) -> Periodic:
+        """``refresh`` now and every ``period_s`` (the app's lifespan runs it)."""
+        return Periodic("fleet-gain", period_s, self.refresh, at_start=True)

@@ -86,7 +86,7 @@ _REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 
 
 class GenerationEvents(Protocol):
-    """What ``Generations`` reports (``xla_costmodel.service.metrics.Metrics``)."""
+    """What ``Generations`` reports (``xla_costmodel.service.metrics.stores.GenerationMetrics``)."""
 
     def generation_lookup(self, hit: bool) -> None: ...
     def generation_invalidated(self, source: Source) -> None: ...

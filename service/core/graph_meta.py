@@ -28,6 +28,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from xla_costmodel.service.core.errors import GraphMetadataAmbiguous
 from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.redis_store import (
     CacheUnavailable,
@@ -36,7 +37,6 @@ from xla_costmodel.service.core.redis_store import (
     namings_key,
 )
 from xla_costmodel.service.core.tiered import CacheEvents, Codec, TieredCache
-from xla_costmodel.service.errors import GraphMetadataAmbiguous
 from xla_costmodel.tpugraphs.arrays import Graph
 
 log = logging.getLogger(__name__)

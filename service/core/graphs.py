@@ -9,9 +9,11 @@
     Graphs.admit(raw, runner) -> (graph, gid, record)   ``graph``, with its own record
     Graphs.raw_configs(raw, runner, gid, record)    raw configs against the request's
                                                     own record, else the kept one
+    Graphs.summary(gid) -> summary | None           its opcode summary, for the
+                                                    target's knowledge (``blend``)
 
 HLO text is featurized, and large arrays checked, off the loop (pure Python, seconds
-for a big module); encoding runs in the scorer's bounded pool.
+for a big module); encoding runs in the bounded inference pool.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner, Embedding
 from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache, Source
+from xla_costmodel.service.core.errors import GraphMetadataNotFound, GraphNotFound
 from xla_costmodel.service.core.graph_archive import GraphArchive
 from xla_costmodel.service.core.graph_meta import GraphMeta, GraphMetaStore
 from xla_costmodel.service.core.hlo import HloText, check_hlo_size, featurize_graph
+from xla_costmodel.service.core.inference import InferencePool
 from xla_costmodel.service.core.inputs import (
     INLINE_BYTES,
     Limits,
@@ -34,8 +38,6 @@ from xla_costmodel.service.core.inputs import (
     build_graph,
 )
 from xla_costmodel.service.core.raw_configs import RawConfigs, encode_raw
-from xla_costmodel.service.core.scoring import Scorer
-from xla_costmodel.service.errors import GraphMetadataNotFound, GraphNotFound
 from xla_costmodel.service.store import StoreError
 from xla_costmodel.tpugraphs.arrays import Graph
 
@@ -43,9 +45,10 @@ Found = tuple[Embedding, Source]
 
 
 class Programs(Protocol):
-    """Who learns each graph's opcodes (``TargetKnowledge``: its summaries)."""
+    """Who keeps each graph's opcode summary (``TargetKnowledge``)."""
 
     def remember(self, gid: str, node_opcode: npt.ArrayLike) -> None: ...
+    def summary(self, gid: str) -> npt.NDArray[np.float64] | None: ...
 
 
 class Graphs:
@@ -56,14 +59,14 @@ class Graphs:
         records: GraphMetaStore,
         archive: GraphArchive,
         programs: Programs,
-        scorer: Scorer,
+        pool: InferencePool,
     ) -> None:
         self.limits = limits
         self.cache = cache
         self.records = records
         self.archive = archive
         self.programs = programs
-        self.scorer = scorer
+        self.pool = pool
 
     async def graph(
         self, raw: RawGraph | HloText, runner: ArtifactRunner
@@ -85,7 +88,7 @@ class Graphs:
         if isinstance(raw, HloText):
             check_hlo_size(raw, self.limits)
             # In the bounded pool: pure Python, seconds for a big module.
-            graph, gid, meta = await self.scorer.run(
+            graph, gid, meta = await self.pool.run(
                 featurize_graph, raw, runner.collection, self.limits
             )
         else:
@@ -106,7 +109,7 @@ class Graphs:
         """The graph's embedding: cached, else encoded in the pool (once per key)."""
 
         async def compute() -> Embedding:
-            return await self.scorer.run(self.scorer.encode, runner, graph)
+            return await self.pool.run(self.pool.encode, runner, graph)
 
         key = CacheKey(runner.name, runner.version, gid)
         return await self.cache.get_or_compute(key, runner.embedding_shapes, compute)
@@ -170,6 +173,11 @@ class Graphs:
         return await anyio.to_thread.run_sync(
             encode_raw, raw, runner.collection, meta, self.limits.max_configs
         )
+
+    def summary(self, gid: str) -> npt.NDArray[np.float64] | None:
+        """The opcode summary of a graph admitted before (or measured on a target):
+        None for a collection without a default config, or one long forgotten."""
+        return self.programs.summary(gid)
 
     def forget(self, gid: str) -> None:
         """The database does not hold the graph after all: archive it again."""

@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from xla_costmodel.service.core.errors import InvalidRequest, PayloadTooLarge
 from xla_costmodel.service.core.graph_meta import GraphMeta
 from xla_costmodel.service.core.inputs import Limits, RawGraph, build_graph
-from xla_costmodel.service.errors import InvalidRequest, PayloadTooLarge
 from xla_costmodel.tpugraphs.arrays import Graph
 from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.errors import GraphFormatError

@@ -16,13 +16,16 @@ import numpy.typing as npt
 
 from xla_costmodel.manifest import TensorSpec
 from xla_costmodel.runner import ArtifactRunner, Embedding
-from xla_costmodel.service.errors import InvalidRequest, PayloadTooLarge
+from xla_costmodel.service.core.errors import InvalidRequest, PayloadTooLarge
 from xla_costmodel.tpugraphs.arrays import Graph, make_graph
 from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.graph_id import graph_id
+from xla_costmodel.tpugraphs.spec import GRAPH_KEYS
 
-GRAPH_KEYS = ("node_feat", "node_opcode", "edge_index", "node_config_ids")
+# A graph's arrays as a request sends them: the encoder's (``spec.GRAPH_KEYS``, each
+# required) and, for per-node (layout) collections, which nodes are configurable.
+SENT_GRAPH_KEYS = (*GRAPH_KEYS, "node_config_ids")
 # Inputs up to this size are decoded and checked on the event loop; larger ones
 # (by decoded size: a compressed npz of 1 MB may hold 100 MB) in a worker thread.
 INLINE_BYTES = 256 * 1024
@@ -64,7 +67,7 @@ def _count(value: Any) -> int:
 def build_graph(raw: RawGraph, collection: str, limits: Limits) -> tuple[Graph, str]:
     """Validate a graph for a model of ``collection``; returns it and its graph_id."""
     arrays, prefix = raw.arrays, raw.prefix
-    for key in GRAPH_KEYS[:3]:
+    for key in GRAPH_KEYS:
         if key not in arrays:
             raise InvalidRequest(f"missing array {key!r}", prefix + key)
     ids = arrays.get("node_config_ids")

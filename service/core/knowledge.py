@@ -3,7 +3,7 @@
     TargetKnowledge.get(runner, target) -> Knowledge | None     no I/O: for a rank
     TargetKnowledge.summary(gid) / remember(gid, node_opcode)     graph summaries
     TargetKnowledge.touch()                     a write anywhere (generations' listener)
-    TargetKnowledge.start(period_s) / stop()                       the refresher
+    TargetKnowledge.refresher(period_s) -> Periodic                the refresher
 
 Per (model, version, target) the service keeps one
 ``xla_costmodel.tpugraphs.knowledge.Knowledge``: the artifact's seeds for that target
@@ -35,7 +35,6 @@ fitted once, ``get`` answers the seeds alone, built when the model loads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -50,6 +49,7 @@ import numpy.typing as npt
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.generations import Generations
+from xla_costmodel.service.core.periodic import Periodic
 from xla_costmodel.service.store import MeasurementStore, StoreError
 from xla_costmodel.service.store.records import Measured, StoredGraph
 from xla_costmodel.tpugraphs import knowledge as kn
@@ -109,7 +109,6 @@ class TargetKnowledge:
         self._writer_targets: frozenset[str] = frozenset()  # writers' allowed ones
         self._asked: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._versions = 0
 
     # -- the request path: memory only ------------------------------------------
@@ -186,30 +185,9 @@ class TargetKnowledge:
                 self._wanted.setdefault((*version, target), _Want(runner, target))
         await self.refresh()
 
-    def start(self, period_s: float) -> asyncio.Task[None]:
-        self._task = asyncio.get_running_loop().create_task(self.run(period_s))
-        return self._task
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def run(self, period_s: float) -> None:
-        while True:
-            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
-            # cancellation that races a wake-up (feedback just before shutdown),
-            # and the task would then never end.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(period_s):
-                    await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self.refresh()
-            except Exception:  # a bug must not end every later refresh
-                log.exception("target knowledge refresh failed")
+    def refresher(self, period_s: float) -> Periodic:
+        """``refresh`` every ``period_s``, and at once when woken (``touch``)."""
+        return Periodic("target-knowledge", period_s, self.refresh, wake=self._wake)
 
     async def refresh(self) -> None:
         """Fit every wanted (model, version, target) that is new or whose

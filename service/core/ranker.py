@@ -4,8 +4,9 @@
     Ranker.rank(req) -> RankResult       score every config, shape, sort, remember
 
 The graph is validated, archived and embedded once per (model, version, graph) by
-``graphs``; configs are scored in the ``scorer``'s bounded pool (a few scorer rows on
-the loop); ``shaper`` blends in the graph's measurements and the target's knowledge.
+``graphs``; configs are scored in the bounded inference ``pool`` (a few scorer rows
+on the loop); ``shaper`` blends in the graph's measurements and the target's
+knowledge, given the scored ``Batch`` and the request's ``RankOptions``.
 
 The configs and scores of each answer are remembered per (model, version, graph_id,
 ranking_id), so feedback may name configs by index into the answer it means (two
@@ -17,48 +18,23 @@ by workers and replicas), else in a byte-bounded per-process LRU
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.service.core.cache import Source
+from xla_costmodel.service.core.errors import InvalidRequest
 from xla_costmodel.service.core.graph_meta import GraphMeta
 from xla_costmodel.service.core.graphs import Graphs
-from xla_costmodel.service.core.hlo import HloText
-from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
+from xla_costmodel.service.core.inference import InferencePool, stable_order
+from xla_costmodel.service.core.inputs import Limits, check_configs
 from xla_costmodel.service.core.raw_configs import RawConfigs
 from xla_costmodel.service.core.recent import RecentRankings, new_ranking_id
 from xla_costmodel.service.core.registry import ModelRegistry
-from xla_costmodel.service.core.scoring import Scorer, stable_order
-from xla_costmodel.service.core.shaping import Shaper, Shaping
-from xla_costmodel.service.errors import InvalidRequest
+from xla_costmodel.service.core.requests import RankRequest, UploadRequest
+from xla_costmodel.service.core.shaping import Batch, Shaper
 from xla_costmodel.tpugraphs.arrays import Graph
-
-
-@dataclass(frozen=True)
-class UploadRequest:
-    model: str
-    model_version: str | None
-    graph: RawGraph | HloText
-
-
-@dataclass(frozen=True)
-class RankRequest:
-    """Exactly one of ``graph_id`` and ``graph`` (the decoders check: ``one_graph``)."""
-
-    model: str
-    model_version: str | None
-    graph_id: str | None
-    graph: RawGraph | HloText | None
-    configs: Any  # arrays, or RawConfigs
-    configs_field: str
-    top_k: int | None = None
-    target: str | None = None  # hardware to adapt to; default: the model's
-    adapt: bool = True  # False: the model's prior alone
-    portfolio: bool = False  # also answer the exploration order (blend.py)
-    client: str = ""  # whose budget remembers the batch (``core/clients.py``)
-    compiler: str | None = None  # to run under; None: the target's newest rows'
+from xla_costmodel.tpugraphs.blend import Shaping
 
 
 @dataclass(frozen=True)
@@ -70,7 +46,7 @@ class UploadResult:
     cached: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankResult:
     model: str
     model_version: str
@@ -79,10 +55,9 @@ class RankResult:
     scores: npt.NDArray[np.float32]  # scores[i] = config i, lower = faster
     ranking: npt.NDArray[np.int64]  # all indices, best first, ties by index
     top_k: npt.NDArray[np.int64]
-    adapted: int = 0  # measurements of this graph that shaped the scores; 0: prior only
-    ranking_id: str = ""  # names this answer's batch for feedback by config_indices
-    portfolio: npt.NDArray[np.int64] | None = None  # every index, exploration order
-    shaped: Shaping | None = None  # what else shaped the scores (None: the prior)
+    ranking_id: str  # names this answer's batch for feedback by config_indices
+    portfolio: npt.NDArray[np.int64] | None  # every index, exploration order
+    shaping: Shaping  # what shaped the scores besides the prior
 
 
 class Ranker:
@@ -90,14 +65,14 @@ class Ranker:
         self,
         registry: ModelRegistry,
         graphs: Graphs,
-        scorer: Scorer,
+        pool: InferencePool,
         shaper: Shaper,
         recent: RecentRankings,
         limits: Limits,
     ) -> None:
         self.registry = registry
         self.graphs = graphs
-        self.scorer = scorer
+        self.pool = pool
         self.shaper = shaper
         self.recent = recent
         self.limits = limits
@@ -117,8 +92,12 @@ class Ranker:
 
     async def rank(self, req: RankRequest) -> RankResult:
         """Score every config and sort them, best (lowest score) first."""
-        runner = self.registry.get(req.model, req.model_version)
-        if req.top_k is not None and not 1 <= req.top_k <= self.limits.max_configs:
+        options = req.options
+        runner = self.registry.get(req.model, options.model_version)
+        if (
+            options.top_k is not None
+            and not 1 <= options.top_k <= self.limits.max_configs
+        ):
             raise InvalidRequest(
                 f"top_k must be in [1, {self.limits.max_configs}]", "top_k"
             )
@@ -136,41 +115,34 @@ class Ranker:
         checked = check_configs(
             value, runner, embedding, req.configs_field, self.limits, graph
         )
-        configs, scores = await self.scorer.scored(
+        configs, scores = await self.pool.scored(
             runner, embedding, checked, req.configs_field
         )
-        adapted, portfolio, shaping = 0, None, None
-        if req.adapt or req.portfolio:
-            target = req.target or runner.manifest.target
-            shaped = await self.shaper.shape(
-                runner,
-                embedding,
-                configs,
-                scores,
-                target,
-                gid,
-                req.adapt,
-                req.portfolio,
-                req.compiler,
+        portfolio, shaping = None, Shaping()
+        if options.adapt or options.portfolio:
+            summary = self.graphs.summary(gid)
+            batch = Batch(runner, gid, embedding, summary, configs, scores)
+            blended = await self.shaper.shape(batch, options)
+            scores, portfolio, shaping = (
+                blended.scores,
+                blended.portfolio,
+                blended.shaping,
             )
-            scores, adapted = shaped.scores, shaped.adapted
-            portfolio, shaping = shaped.portfolio, shaped.shaping
         # Remember the batch as it came (int8 for layout), not its float32 copy.
         ranking_id = new_ranking_id()
         key = (runner.name, runner.version, gid, ranking_id)
         self.recent.remember(key, checked, scores, req.client)  # Redis: background
         ranking = stable_order(scores)
-        k = len(ranking) if req.top_k is None else min(req.top_k, len(ranking))
+        k = len(ranking) if options.top_k is None else min(options.top_k, len(ranking))
         return RankResult(
-            runner.name,
-            runner.version,
-            gid,
-            source,
-            scores,
-            ranking,
-            ranking[:k],
-            adapted,
-            ranking_id,
-            portfolio,
-            shaping,
+            model=runner.name,
+            model_version=runner.version,
+            graph_id=gid,
+            cache=source,
+            scores=scores,
+            ranking=ranking,
+            top_k=ranking[:k],
+            ranking_id=ranking_id,
+            portfolio=portfolio,
+            shaping=shaping,
         )

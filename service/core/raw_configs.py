@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from xla_costmodel.service.core.errors import InvalidRequest
 from xla_costmodel.service.core.graph_meta import GraphMeta
-from xla_costmodel.service.errors import InvalidRequest
 from xla_costmodel.tpugraphs.arrays import F32
 from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.config_json import layout_from_json

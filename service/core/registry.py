@@ -21,7 +21,7 @@ import numpy as np
 
 from xla_costmodel.manifest import ArtifactError, list_versions
 from xla_costmodel.runner import ArtifactRunner, SessionOptions
-from xla_costmodel.service.errors import (
+from xla_costmodel.service.core.errors import (
     ModelNotFound,
     NotReady,
     ReloadFailed,
@@ -35,7 +35,7 @@ LOAD_FAILED = "failed to load (the service log has the cause)"
 
 
 class RegistryEvents(Protocol):
-    """What the registry reports (``xla_costmodel.service.metrics.Metrics`` implements it)."""
+    """What the registry reports (``xla_costmodel.service.metrics.models.RegistryMetrics`` implements it)."""
 
     def model_versions(self, name: str, loaded: Sequence[ArtifactRunner]) -> None: ...
     def model_reload(self, name: str, result: str) -> None: ...

@@ -1,7 +1,7 @@
 """Retention: graphs nobody measured and old idempotency keys leave the database.
 
     Retention.sweep() -> (graphs, keys) deleted      one transaction
-    Retention.start(period_s) / .stop()              a task of the app's loop
+    Retention.sweeper(period_s) -> Periodic | None   the same on a timer
 
 Every rank of a new graph archives it (so feedback can reach any replica later), and
 every keyed feedback request leaves its key: without a bound both grow forever. A
@@ -15,12 +15,11 @@ counted, and tried again next period.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.periodic import Periodic
 from xla_costmodel.service.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,6 @@ class Retention:
         self.graph_age_s = graph_age_s
         self.key_age_s = key_age_s
         self.events = events
-        self._task: asyncio.Task[None] | None = None
 
     async def sweep(self) -> tuple[int, int]:
         """Delete what is past retention now; (graphs, keys) deleted."""
@@ -51,22 +49,16 @@ class Retention:
             log.info("retention", extra={"graphs": graphs, "idempotency_keys": keys})
         return graphs, keys
 
-    async def run(self, period_s: float) -> None:
-        while True:
-            await asyncio.sleep(period_s)
-            try:
-                await self.sweep()
-            except StoreError as exc:
-                self.events.store_error("retention")
-                log.warning("retention sweep failed", extra={"error": str(exc)})
+    async def _sweep_counted(self) -> None:
+        try:
+            await self.sweep()
+        except StoreError as exc:
+            self.events.store_error("retention")
+            log.warning("retention sweep failed", extra={"error": str(exc)})
 
-    def start(self, period_s: float) -> None:
-        if self._task is None and (self.graph_age_s or self.key_age_s):
-            self._task = asyncio.create_task(self.run(period_s), name="retention")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def sweeper(self, period_s: float) -> Periodic | None:
+        """``sweep`` every ``period_s``, the first a period after the start; None
+        when nothing is ever past retention."""
+        if not (self.graph_age_s or self.key_age_s):
+            return None
+        return Periodic("retention", period_s, self._sweep_counted)

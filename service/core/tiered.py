@@ -33,7 +33,7 @@ Level = Literal["memory", "redis"]
 
 
 class CacheEvents(Protocol):
-    """What the caches report (``xla_costmodel.service.metrics.Metrics`` implements it)."""
+    """What the caches report (``xla_costmodel.service.metrics.cache.CacheMetrics`` implements it)."""
 
     def cache_hit(self, level: Level) -> None: ...
     def cache_miss(self, level: Level) -> None: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict
 from typing import Any
 
 import pydantic_core
@@ -27,6 +27,7 @@ from xla_costmodel.service.schemas import (
     error_responses,
     query_parameters,
 )
+from xla_costmodel.tpugraphs.blend import Shaping
 
 router = APIRouter(prefix="/v1", tags=["ranking"])
 
@@ -58,22 +59,21 @@ async def rank(
     q = parse_query(RankQuery, request.query_params)
     body = await read_body(request, settings.max_body_bytes)
     params = Params(
-        q.model,
-        q.model_version,
-        q.graph_id,
-        q.top_k,
-        None,
-        q.target,
-        q.adapt,
-        q.portfolio,
-        q.compiler,
+        model=q.model,
+        model_version=q.model_version,
+        graph_id=q.graph_id,
+        top_k=q.top_k,
+        target=q.target,
+        adapt=q.adapt,
+        portfolio=q.portfolio,
+        compiler=q.compiler,
     )
     content_type = request.headers.get("content-type")
     req = await parse(
-        decode_rank, body, content_type, params, settings.max_decoded_bytes
+        decode_rank, body, content_type, params, settings.max_decoded_bytes, client
     )
     request.state.model = req.model
-    result = await ranker.rank(replace(req, client=client))
+    result = await ranker.rank(req)
     if prefers_npz(request.headers.get("accept")):
         return _npz_answer(result)
     return _json_answer(result)
@@ -86,17 +86,18 @@ def _json_answer(r: RankResult) -> Response:
     ms. ``test_json_answer_is_the_schema_serialized`` keeps the two in step."""
     ranking = r.ranking.tolist()
     top_k = ranking if len(r.top_k) == len(ranking) else ranking[: len(r.top_k)]
+    shaping = _shaping(r.shaping)
     answer = {
         "model": r.model,
         "model_version": r.model_version,
         "graph_id": r.graph_id,
         "cache": r.cache,
-        "adapted": r.adapted,
+        "adapted": shaping.pop("adapted"),  # the schema's field order
         "ranking_id": r.ranking_id,
         "ranking": ranking,
         "scores": r.scores.tolist(),
         "top_k": top_k,
-        **_shaping(r),
+        **shaping,
         "portfolio": None if r.portfolio is None else r.portfolio.tolist(),
     }
     return Response(pydantic_core.to_json(answer), media_type="application/json")
@@ -108,20 +109,19 @@ def _npz_answer(r: RankResult) -> Response:
         "X-Model-Version": r.model_version,
         "X-Cache": r.cache,
         "X-Graph-ID": r.graph_id,
-        "X-Adapted": str(r.adapted),
         "X-Ranking-ID": r.ranking_id,
-        **{f"X-{k.replace('_', '-').title()}": str(v) for k, v in _shaping(r).items()},
+        **{
+            f"X-{k.replace('_', '-').title()}": str(v)
+            for k, v in _shaping(r.shaping).items()
+        },
     }
     content = encode_rank_npz(r.ranking, r.scores, r.top_k, r.portfolio)
     return Response(content, media_type=NPZ_MEDIA_TYPE, headers=headers)
 
 
-def _shaping(r: RankResult) -> dict[str, int | float]:
-    """What shaped the scores besides the graph's own measurements (``adapted``)."""
-    s = r.shaped
-    return {
-        "target_programs": 0 if s is None else s.target_programs,
-        "target_measurements": 0 if s is None else s.target_measurements,
-        "knowledge_weight": 0.0 if s is None else round(s.knowledge_weight, 4),
-        "prior_weight": 1.0 if s is None else s.prior_weight,
-    }
+def _shaping(s: Shaping) -> dict[str, int | float]:
+    """What shaped the scores, as the answer names it (JSON keys; ``X-`` headers):
+    ``adapted`` first, the knowledge's weight to 4 places."""
+    fields: dict[str, int | float] = asdict(s)
+    fields["knowledge_weight"] = round(s.knowledge_weight, 4)
+    return fields

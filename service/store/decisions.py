@@ -60,7 +60,7 @@ class DecisionRecord:
     kept_default: bool
     writer: str | None = None  # None: feedback auth off
     request_id: str | None = None
-    hlo_fingerprint: str | None = None  # tpugraphs.graph_id.hlo_fingerprint
+    hlo_fingerprint: str | None = None  # clients.xla.reuse.fingerprint
     idempotency_key: str | None = None
     request_hash: str | None = None
     response: dict[str, Any] | None = None

@@ -132,7 +132,7 @@ decisions = Table(
     Column("compiler", String(128), nullable=True),  # NULL: unknown
     # No foreign key: a decision may name a graph only ever ranked by id.
     Column("graph_id", String(64), nullable=False),
-    # sha256 of the program's HLO text (tpugraphs.graph_id.hlo_fingerprint): how
+    # sha256 of the program's lowered module (clients.xla.reuse.fingerprint): how
     # ``jit`` finds the decision without featurizing the program. NULL: not sent.
     Column("hlo_fingerprint", String(64), nullable=True),
     Column("config", LargeBinary, nullable=False),  # as measurements.config

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from xla_costmodel.bench import harness
 from xla_costmodel.bench.plan import SMOKE
 from xla_costmodel.bench.report import KEYS
-from xla_costmodel.procs import child_processes
+from xla_costmodel.harness import child_processes
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "models" / "artifacts"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from xla_costmodel.procs import child_processes
+from xla_costmodel.harness import child_processes
 
 PHASES = [
     "baseline",

@@ -10,7 +10,7 @@ import pytest
 from clientfakes import FakeService, Sleeps
 
 from xla_costmodel.clients import CostModelClient, RetryPolicy
-from xla_costmodel.procs import RedisServer, ServiceServer
+from xla_costmodel.harness import RedisServer, ServiceServer
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.reader import load_npz
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from xla_costmodel import cli
-from xla_costmodel.procs import ServiceServer, free_port
+from xla_costmodel.harness import ServiceServer, free_port
 from xla_costmodel.tpugraphs import xla_cpu
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,9 +25,8 @@ from xla_costmodel.clients import CostModelClient, Decision, RetryPolicy
 from xla_costmodel.clients.xla import jit
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.tune import tune
-from xla_costmodel.clients.xla.tune_rounds import Bench
+from xla_costmodel.clients.xla.tune_bench import Bench
 from xla_costmodel.tpugraphs import machine, xla_cpu
-from xla_costmodel.tpugraphs.graph_id import hlo_fingerprint
 
 MODEL = "xla_cpu"
 QUICK = TimingProtocol(runs=1, min_rounds=2, max_rounds=2, budget_s=1.0)
@@ -43,7 +42,7 @@ def jax_installed() -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The shipped xla_cpu model under a real uvicorn on loopback (writes open)."""
-    from xla_costmodel.procs import ServiceServer
+    from xla_costmodel.harness import ServiceServer
 
     env = {
         "COSTMODEL_MODEL_DIR": str(REPO / "models" / "artifacts"),
@@ -74,9 +73,11 @@ def _program(fn: Any, args: tuple[Any, ...]) -> tuple[str, str]:
     import jax
 
     from xla_costmodel.clients import Hlo, prepare_graph
+    from xla_costmodel.clients.xla.reuse import fingerprint
 
-    text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
-    return prepare_graph(Hlo(text, configurable=None)).graph_id, hlo_fingerprint(text)
+    lowered = jax.jit(fn).lower(*args)
+    text = lowered.as_text(dialect="hlo")
+    return prepare_graph(Hlo(text, configurable=None)).graph_id, fingerprint(lowered)
 
 
 def _decide(
@@ -388,7 +389,7 @@ def test_costmodel_best_prints_what_the_service_knows(
 ) -> None:
     import json
 
-    from xla_costmodel.clients.xla.tune_cli import load_program
+    from xla_costmodel.clients.xla.programs import load_program
 
     path = tmp_path / "tiny_best.py"
     path.write_text(TINY_FILE)

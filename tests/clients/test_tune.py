@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,12 +23,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from xla_costmodel import cli
+from xla_costmodel import cli, extras
 from xla_costmodel.clients import CostModelClient, Hlo, RetryPolicy
 from xla_costmodel.clients.xla import policy
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.tune import TuneConfig, autotuned, tune
-from xla_costmodel.clients.xla.tune_rounds import config_key
+from xla_costmodel.clients.xla.tune_config import config_key
+from xla_costmodel.harness import SERVE_MODULE, ServiceServer
 from xla_costmodel.tpugraphs import xla_cpu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,41 +78,20 @@ def _tiny() -> tuple[Any, tuple[Any, ...]]:
 
 
 @contextmanager
-def _service(root: Path, model_dir: Path, argv: list[str]) -> Iterator[str]:
-    """A real uvicorn process (``argv`` + ``--port``) serving the xla_cpu model from
-    ``model_dir``; its URL once ready."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def _service(
+    root: Path, model_dir: Path, argv: list[str] | None = None
+) -> Iterator[str]:
+    """A real service process serving the xla_cpu model from ``model_dir``
+    (``harness.ServiceServer``: uvicorn on the app factory, or ``argv``); its URL
+    once ready."""
     env = {
-        **os.environ,
         "COSTMODEL_MODELS": MODEL,
         "COSTMODEL_MODEL_DIR": str(model_dir),
         "COSTMODEL_DATA_DIR": str(root / "db"),
         "COSTMODEL_LOG_LEVEL": "WARNING",
     }
-    log = (root / "service.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, *argv, "--port", str(port)],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with CostModelClient(url) as probe:
-            deadline = time.monotonic() + 60
-            while not probe.ready():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = (root / "service.log").read_text(errors="replace")[-3000:]
-                    pytest.fail(f"the service did not become ready; its log:\n{tail}")
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()
+    with ServiceServer(root, env, argv=argv) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")
@@ -130,15 +109,7 @@ def xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cfg = TrainConfig(MODEL, epochs=1, model=network, batch_configs=32)
     out = root / "models" / MODEL / "1"
     export_artifact(fit(train, valid, cfg, out.parent), out, name=MODEL)
-    uvicorn = [
-        "-m",
-        "uvicorn",
-        "xla_costmodel.service.app:app_from_env",
-        "--factory",
-        "--host",
-        "127.0.0.1",
-    ]
-    with _service(root, root / "models", uvicorn) as url:
+    with _service(root, root / "models") as url:  # uvicorn on the app factory
         yield url
 
 
@@ -298,7 +269,7 @@ def test_the_command_is_registered_and_names_its_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert cli.COMMANDS["tune"] == ("xla_costmodel.clients.xla.tune_cli:tune", "xla")
-    monkeypatch.setitem(cli.EXTRAS, "xla", ("no_such_module_for_this_test",))
+    monkeypatch.setitem(extras.EXTRAS, "xla", ("no_such_module_for_this_test",))
     result = CliRunner().invoke(cli.build_app(), ["tune", "f.py:g", "--json"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
@@ -322,7 +293,7 @@ def test_importing_the_tuner_loads_no_jax() -> None:
 def shipped_xla_cpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real uvicorn process serving the shipped xla_cpu artifact (models/artifacts)."""
     root = tmp_path_factory.mktemp("shipped_xla_cpu")
-    argv = ["-m", "xla_costmodel.service.cli"]
+    argv = [sys.executable, "-m", SERVE_MODULE]  # costmodel serve
     with _service(root, REPO / "models" / "artifacts", argv) as url:
         yield url
 

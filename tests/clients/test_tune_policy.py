@@ -59,7 +59,7 @@ def test_a_significant_but_tiny_win_is_not_kept() -> None:
 
 
 def test_per_round_normalisation_ignores_a_round_the_whole_machine_ran_slow() -> None:
-    from xla_costmodel.clients.xla.measure import normalised_medians
+    from xla_costmodel.tpugraphs.labels import normalised_medians
 
     table = np.array([[10, 10, 30, 10], [20, 20, 60, 20], [5, 5, 15, 5]], np.int64)
     # Round 2 ran 3x slower for everyone; raw medians are still right here, but one

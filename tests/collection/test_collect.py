@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from xla_costmodel import cli
+from xla_costmodel import cli, extras
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.collection.zoo import PROGRAMS, Program, families, select
 from xla_costmodel.tpugraphs import xla_cpu
@@ -176,7 +176,7 @@ def test_the_command_collects_a_zoo_program(tmp_path: Path) -> None:
 def test_without_the_extra_the_command_names_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(cli.EXTRAS, "xla", ("no_such_module_for_this_test",))
+    monkeypatch.setitem(extras.EXTRAS, "xla", ("no_such_module_for_this_test",))
     result = CliRunner().invoke(cli.build_app(), ["collect", "--out", "x"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [

@@ -74,7 +74,7 @@ def test_costmodel_replay_json() -> None:
 
 def test_costmodel_simulate_json() -> None:
     """Against the committed output of ``costmodel simulate --out`` (make xla-tuning)."""
-    ran = json.loads((REPO / "studies" / "results" / "fleet.json").read_text())
+    ran = json.loads((REPO / "studies" / "results" / "budgets.json").read_text())
     assert fields("`costmodel simulate --json`") == set(ran)
     target = next(iter(ran["targets"].values()))
     text = section("`costmodel simulate --json`")

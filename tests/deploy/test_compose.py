@@ -20,7 +20,7 @@ import redis
 import yaml
 from deploykit import COMPOSE, REPO, check_settings_env, dockerfile, get_paths
 
-from xla_costmodel.procs import free_port, wait_until
+from xla_costmodel.harness import free_port, wait_until
 from xla_costmodel.service.cli import GRACEFUL_SHUTDOWN_S
 from xla_costmodel.service.core.generations import CHANNEL
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from deploykit import REPO
 
-from xla_costmodel.procs import LOOPBACK, PostgresServer, postgres_bindir
+from xla_costmodel.harness import LOOPBACK, PostgresServer, postgres_bindir
 from xla_costmodel.service.store import MeasurementStore
 
 SCRIPT = REPO / "deploy" / "postgres" / "initdb.sh"

@@ -22,7 +22,7 @@ from servicekit import (
     make_settings,
 )
 
-from xla_costmodel.procs import ServiceServer, set_version
+from xla_costmodel.harness import ServiceServer, set_version
 from xla_costmodel.service.app import create_app
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.reader import load_npz

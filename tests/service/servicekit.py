@@ -1,5 +1,5 @@
 """Helpers for the service tests: payload builders, settings, the service's command
-line (the processes themselves are ``xla_costmodel.procs``'s)."""
+line (the processes themselves are ``xla_costmodel.harness``'s)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from xla_costmodel.procs import SERVE_MODULE
+from xla_costmodel.harness import SERVE_MODULE
 from xla_costmodel.service.settings import Settings
 from xla_costmodel.tpugraphs.arrays import Sample
 

@@ -376,9 +376,9 @@ async def test_a_cached_graph_costs_no_statement(database: Database) -> None:
 async def test_metrics_count_lookups_and_statements(database: Database) -> None:
     metrics = Metrics()
     sent = await database.run(lambda s: statements(s.engine))
-    sent.listen(metrics.db_statement)
+    sent.listen(metrics.stores.db_statement)
     before = sent.count
-    gens = Generations(None, metrics, freshness_s=1, alone=True)
+    gens = Generations(None, metrics.generations, freshness_s=1, alone=True)
 
     def read() -> Awaitable[Generation]:
         return database.run(lambda s: s.generation("tile", "tpu-v3", "0" * 64))

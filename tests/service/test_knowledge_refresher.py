@@ -48,14 +48,15 @@ async def test_a_wake_up_racing_the_stop_does_not_keep_the_refresher_alive(
     counts = Counts()
     generations = Generations(None, counts, freshness_s=0.1, alone=True)
     knowledge = TargetKnowledge(db, generations, counts)
+    refresher = knowledge.refresher(60.0)
     try:
         for _ in range(50):
-            task = knowledge.start(60.0)
+            task = refresher.start()
             await anyio.sleep(0)  # waiting for a wake-up or the period
             knowledge.touch()  # feedback stored just before shutdown
             task.cancel()  # what stop() does first
             done, _ = await asyncio.wait({task}, timeout=5)
             assert task in done, "the refresher kept running after it was cancelled"
-            await knowledge.stop()
+            await refresher.stop()
     finally:
         db.close()

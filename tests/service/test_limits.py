@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from servicekit import NPZ, AppClient, graph_json, graph_npz, metric
 
-from xla_costmodel.procs import free_port
+from xla_costmodel.harness import free_port
 from xla_costmodel.service.core import blob
 from xla_costmodel.service.core.redis_store import Seal, connect, embedding_key
 from xla_costmodel.service.settings import Settings

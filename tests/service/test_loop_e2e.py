@@ -15,7 +15,7 @@ import pytest
 from servicekit import ADMIN, REPO
 
 from xla_costmodel.clients import CostModelClient
-from xla_costmodel.procs import ServiceServer
+from xla_costmodel.harness import ServiceServer
 from xla_costmodel.tpugraphs.reader import load_npz
 
 KERNELS = [

@@ -16,13 +16,13 @@ WORKER = """
 import os, sys
 from xla_costmodel.service.metrics import Metrics
 m = Metrics()
-m.ranking_adapted("tile", False)
-m.inflight.inc()
+m.shaping.ranking_adapted("tile", False)
+m.http.inflight.inc()
 if sys.argv[1] == "crash":
     os._exit(1)  # no lifespan exit: its gauges stay in the directory
 if sys.argv[1] == "render":
     sys.stdout.write(m.render().decode())
-m.inflight.dec()
+m.http.inflight.dec()
 m.close()
 """
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from servicekit import program
 
-from xla_costmodel.procs import ServiceServer
+from xla_costmodel.harness import ServiceServer
 from xla_costmodel.studies.prometheus import PrometheusServer
 from xla_costmodel.tpugraphs import xla_cpu
 

@@ -28,7 +28,7 @@ from servicekit import ARTIFACTS, REPO, graph_json
 from starlette.responses import PlainTextResponse
 
 from xla_costmodel.clients import CostModelClient, RetryPolicy
-from xla_costmodel.procs import free_port
+from xla_costmodel.harness import free_port
 from xla_costmodel.service import ray_app
 from xla_costmodel.tpugraphs.arrays import Sample
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from xla_costmodel.procs import free_port
+from xla_costmodel.harness import free_port
 from xla_costmodel.service.core import recent
 from xla_costmodel.service.core.recent import RecentRankings
 from xla_costmodel.service.core.redis_store import RedisStore, connect, recent_key

@@ -36,7 +36,7 @@ from servicekit import ADMIN, SERVE
 from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
-from xla_costmodel.procs import ServiceServer
+from xla_costmodel.harness import ServiceServer
 
 CHECKS = [
     not_a_server_error,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from servicekit import ADMIN, AppClient, graph_json
 
-from xla_costmodel.procs import add_version
+from xla_costmodel.harness import add_version
 from xla_costmodel.tpugraphs.arrays import Sample
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from xla_costmodel.procs import add_version
+from xla_costmodel.harness import add_version
 from xla_costmodel.runner import ArtifactRunner, SessionOptions
 from xla_costmodel.service.core import blob
 from xla_costmodel.service.core.cache import (
@@ -19,9 +19,9 @@ from xla_costmodel.service.core.cache import (
     embedding_memory,
     embedding_nbytes,
 )
+from xla_costmodel.service.core.inference import KEYED_SORT_MIN, stable_order
 from xla_costmodel.service.core.redis_store import CacheUnavailable, RedisStore, connect
 from xla_costmodel.service.core.registry import ModelRegistry
-from xla_costmodel.service.core.scoring import KEYED_SORT_MIN, stable_order
 from xla_costmodel.service.errors import ModelNotFound, ReloadFailed, VersionNotLoaded
 
 pytestmark = pytest.mark.anyio

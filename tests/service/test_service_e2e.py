@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from servicekit import ADMIN, NPZ, graph_npz, npz_bytes
 
-from xla_costmodel.procs import ServiceServer, add_version
+from xla_costmodel.harness import ServiceServer, add_version
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.tpugraphs.arrays import Sample
 

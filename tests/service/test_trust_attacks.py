@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 from servicekit import ADMIN, SERVE
 
-from xla_costmodel.procs import LOOPBACK, ServiceServer
+from xla_costmodel.harness import LOOPBACK, ServiceServer
 from xla_costmodel.service.store import MeasurementStore, default_sqlite_url
 from xla_costmodel.service.store.schema import graphs
 from xla_costmodel.tpugraphs.arrays import Sample

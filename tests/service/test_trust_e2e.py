@@ -34,7 +34,7 @@ from servicekit import ARTIFACTS, SERVE, TILE, metric
 from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
-from xla_costmodel.procs import RedisServer, ServiceServer
+from xla_costmodel.harness import RedisServer, ServiceServer
 from xla_costmodel.service.core.generations import CHANNEL
 from xla_costmodel.service.core.recent import MAX_POLLS, new_ranking_id
 from xla_costmodel.service.core.recent import dumps as dump_batch

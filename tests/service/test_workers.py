@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from prometheus_client.multiprocess import MultiProcessCollector
 from servicekit import ADMIN, graph_json, metric
 
-from xla_costmodel.procs import ServiceServer
+from xla_costmodel.harness import ServiceServer
 from xla_costmodel.service.settings import Settings
 from xla_costmodel.service.store import default_sqlite_url
 from xla_costmodel.service.store.schema import measurements

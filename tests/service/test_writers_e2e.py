@@ -25,7 +25,7 @@ from servicekit import ARTIFACTS, SERVE, TILE, metric
 from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
-from xla_costmodel.procs import ServiceServer, free_port
+from xla_costmodel.harness import ServiceServer, free_port
 from xla_costmodel.service.store.schema import measurements
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.reader import load_npz

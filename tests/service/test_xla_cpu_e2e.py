@@ -16,7 +16,7 @@ from servicekit import NPZ, SERVE, AppClient
 
 from xla_costmodel.clients import CostModelClient
 from xla_costmodel.clients.replay import Budget, Replayer
-from xla_costmodel.procs import ServiceServer
+from xla_costmodel.harness import ServiceServer
 from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.reader import load_npz
 

@@ -32,3 +32,31 @@ def test_the_budget_table_quotes_its_json() -> None:
             quoted.append(cells)
     assert quoted == expected
     assert ran["budgets"] == [1, 2, 4, 8, 16] and ran["prior"]
+
+
+def test_the_readme_quotes_the_budget_json() -> None:
+    """README's short table: h = 0, the targets held to the goals."""
+    ran = json.loads((REPO / "studies/results/budgets.json").read_text())
+    expected = []
+    for name, t in ran["targets"].items():
+        if t["programs"] < 30:
+            continue
+        by = {r["K"]: r for r in t["by_history"] if r["history"] == 0}
+        (match,) = [
+            m for m in t["random_to_match"] if m["history"] == 0 and m["model_K"] == 2
+        ]
+        expected.append(
+            [
+                name,
+                " / ".join(f"{by[k]['model']:.3f}" for k in (1, 2, 4, 8, 16)),
+                f"{by[8]['random']:.3f} / {by[16]['random']:.3f}",
+                f"{by[8]['oracle']:.3f}",
+                f"{match['random_K']:.1f}",
+            ]
+        )
+    quoted = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("| cpu-")
+    ]
+    assert quoted == expected

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from xla_costmodel.procs import child_processes
+from xla_costmodel.harness import child_processes
 
 STRATEGIES = ("slowdown", "model_slowdown", "random_slowdown", "per_graph_slowdown")
 METADATA = (
@@ -145,7 +145,7 @@ def test_postgres_server_starts_a_throwaway_cluster_and_removes_it(
 ) -> None:
     import psycopg
 
-    from xla_costmodel.procs import PostgresServer
+    from xla_costmodel.harness import PostgresServer
 
     with PostgresServer(tmp_path) as pg:
         assert pg.port != 5432 and pg.root is not None

@@ -113,10 +113,12 @@ def test_a_model_of_another_target_does_not_dominate() -> None:
     know = kn.Knowledge.fit([program(f"a{i}", -0.4, seed=i) for i in range(6)], DEFAULT)
     own = blend(rows, prior, know, summary(0), None, foreign=False)
     other = blend(rows, prior, know, summary(0), None, foreign=True)
-    assert own.prior_weight == 1.0 and other.prior_weight == FOREIGN_WEIGHT
+    assert own.shaping.prior_weight == 1.0
+    assert other.shaping.prior_weight == FOREIGN_WEIGHT
     with3 = rows[:, 3] == 1
     assert other.scores[with3].max() < other.scores[~with3].min()  # knowledge wins
-    assert other.target_programs == 6 and own.knowledge_weight == other.knowledge_weight
+    assert other.shaping.target_programs == 6
+    assert own.shaping.knowledge_weight == other.shaping.knowledge_weight
 
 
 def test_blend_adapts_to_the_graphs_own_measurements() -> None:
@@ -124,7 +126,7 @@ def test_blend_adapts_to_the_graphs_own_measurements() -> None:
     rt = np.exp(-0.3 * rows[:, 2]) * 1e6
     measured = Measured(rows[:8], rt[:8])
     shaped = blend(rows, None, None, None, measured, foreign=False)
-    assert shaped.adapted >= 4
+    assert shaped.shaping.adapted >= 4
     with2 = rows[:, 2] == 1
     assert shaped.scores[with2].mean() < shaped.scores[~with2].mean()
 

@@ -6,7 +6,7 @@ what a tuner kept for a program: the config row (raw little-endian bytes, as
 ``measurements.config``), the compiler options it stands for (JSON), the speedup
 over the default with its confidence bounds, and who decided it. Its index serves
 ``GET /v1/best``: every decision of one graph on one target, found by graph id or by
-the fingerprint of the program's HLO text.
+the fingerprint of the program's lowered module.
 
 Revision ID: 0003
 Revises: 0002

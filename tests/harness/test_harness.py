@@ -1,15 +1,17 @@
-"""The process managers every layer starts servers with (``xla_costmodel.procs``):
+"""The process managers every layer starts servers with (``xla_costmodel.harness``):
 real processes on free ports, restarts on the same port, and artifact copies."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from xla_costmodel.procs import (
+from xla_costmodel.harness import (
     ManagedProcess,
     PostgresServer,
     ProcessError,
@@ -17,7 +19,20 @@ from xla_costmodel.procs import (
     add_version,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_harness_imports_only_the_standard_library() -> None:
+    """The base install can import it: psycopg waits for the PostgreSQL probe."""
+    code = (
+        "import sys; before = set(sys.modules); import xla_costmodel.harness; "
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+        "print(sorted(new - set(sys.stdlib_module_names)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "['xla_costmodel']"
 
 
 def test_redis_process_starts_answers_and_stops(tmp_path: Path) -> None:

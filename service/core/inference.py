@@ -1,9 +1,11 @@
-"""The bounded worker pool the encoder and scorer run in, and scoring in chunks.
+"""The inference pool: the bounded worker threads the encoder, the scorer and the
+other CPU-heavy steps of a request run in (graphs borrow it to featurize HLO, the
+shaper to blend), and scoring in chunks.
 
-    Scorer.run(fn, *args)                      fn in a worker thread, ``workers`` at once
-    Scorer.encode(runner, graph)               the graph's embedding (timed; sync)
-    Scorer.score(runner, embedding, checked, field)   float32 configs and their scores
-    await Scorer.scored(...)                   ``score``, inline for a few scorer rows
+    InferencePool.run(fn, *args)               fn in a worker thread, ``workers`` at once
+    InferencePool.encode(runner, graph)        the graph's embedding (timed; sync)
+    InferencePool.score(runner, embedding, checked, field)   float32 configs, scores
+    await InferencePool.scored(...)            ``score``, inline for a few scorer rows
     stable_order(scores)                       the ranking: ascending, ties by index
 
 onnxruntime releases the GIL, so encoder and scorer runs happen in worker threads,
@@ -38,13 +40,13 @@ KEYED_SORT_MIN = 2048
 
 
 class StageEvents(Protocol):
-    """What the scorer reports (``xla_costmodel.service.metrics.Metrics`` implements it)."""
+    """What the pool reports (``xla_costmodel.service.metrics.models.StageMetrics`` implements it)."""
 
     def encoded(self, model: str, seconds: float) -> None: ...
     def scored(self, model: str, seconds: float, configs: int) -> None: ...
 
 
-class Scorer:
+class InferencePool:
     def __init__(self, events: StageEvents, workers: int, chunk_rows: int) -> None:
         self.events = events
         self.chunk_rows = chunk_rows

@@ -1,0 +1,96 @@
+"""What one ``tune`` run is configured with (``TuneConfig``), the types its parts
+share, and where its crash journals live."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from xla_costmodel.clients.xla import decide, policy
+from xla_costmodel.clients.xla.measure import TimingProtocol
+from xla_costmodel.tpugraphs import xla_cpu
+
+Options = dict[str, xla_cpu.OptionValue]
+Strategy = Literal["model", "random"]
+Log = Callable[[str], None]
+Rows = npt.NDArray[np.float32]
+# A tuning run measures a handful of executables several times: keep each measurement
+# short; rounds stop after 10 s once 3 are done.
+TUNE_PROTOCOL = TimingProtocol(runs=3, min_rounds=3, max_rounds=5, budget_s=10.0)
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """Everything ``tune`` takes besides the program, the client and ``progress``."""
+
+    budget: int = 8
+    model: str = "xla_cpu"
+    strategy: Strategy = "model"
+    seed: int = 0
+    rounds: int | None = None  # default min(3, budget)
+    candidates: int = 256
+    target: str | None = None  # default machine.target()
+    controls: int = 2  # separately compiled copies of the default
+    confirm: int | None = None  # configs verified at the end (policy.confirm(budget))
+    min_gain: float = decide.MIN_GAIN  # a kept config is at least this much faster
+    alpha: float = decide.ALPHA  # and faster at this significance (signed ranks)
+    repeats: int = decide.MIN_PAIRS  # interleaved pairs per finalist at the first look
+    max_pairs: int = decide.MAX_PAIRS  # and at most (decide.Sequential)
+    protocol: TimingProtocol = TUNE_PROTOCOL
+    deadline: float | None = 30.0  # seconds per service call
+    # A config whose output differs more from the default's (max |diff| / max |ref|
+    # per output) is treated as failed: it changed the numerics, not just the speed.
+    max_rel_diff: float = 1e-3
+    # Where each program's crash journal lives (default ``default_crash_dir()``).
+    crash_dir: Path | None = None
+    # Ask the service what the fleet decided for this program first (``reuse.py``);
+    # reuse a decision only when this many distinct writers made it.
+    reuse: bool = True
+    min_writers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.strategy not in ("model", "random"):
+            raise ValueError(f"strategy must be model or random, not {self.strategy!r}")
+        if not 1 <= self.budget < self.candidates:
+            raise ValueError(
+                f"budget must be in [1, candidates - 1 = {self.candidates - 1}], "
+                f"got {self.budget}"
+            )
+        if not 2 <= self.controls <= 4:
+            raise ValueError("controls must be 2..4: their disagreement is the noise")
+        if self.confirm is not None and self.confirm < 1:
+            raise ValueError("confirm must be >= 1")
+        if self.repeats < 2:
+            raise ValueError("repeats must be >= 2: a test needs a sample")
+        if self.max_pairs < self.repeats:
+            raise ValueError("max_pairs must be >= repeats")
+        if self.min_writers < 1:
+            raise ValueError("min_writers must be >= 1")
+
+    @property
+    def finalists(self) -> int:
+        """How many configs the final decision verifies."""
+        return policy.confirm(self.budget) if self.confirm is None else self.confirm
+
+    def plan(self) -> list[policy.Round]:
+        """The rounds (``policy.plan``): the portfolio first, then the ranking."""
+        return policy.plan(self.budget, self.rounds)
+
+
+def default_crash_dir() -> Path:
+    """``$XDG_CACHE_HOME/costmodel/tune`` (``~/.cache/costmodel/tune``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "costmodel" / "tune"
+
+
+def config_key(row: npt.ArrayLike) -> int:
+    """A config row's bits as one integer: its name in a crash journal, the same
+    whatever sample it was drawn in."""
+    bits = np.asarray(row, np.float32).astype(np.int64)
+    return int(bits @ (1 << np.arange(bits.size, dtype=np.int64)))
