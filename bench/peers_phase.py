@@ -32,6 +32,7 @@ from xla_costmodel.harness import (
     rss_mb,
     wait_until,
 )
+from xla_costmodel.runner import ArtifactRunner, Embedding
 from xla_costmodel.tpugraphs.arrays import Graph
 
 Log = Callable[[str], None]
@@ -54,23 +55,7 @@ def peer_figures(
     sizes: tuple[int, ...] = plan.peer_sizes
     batches = {n: take_rows(pool, n) for n in (*sizes, plan.tile_configs)}
     out: dict[str, Any] = fixed_cost(ours_url, graph, batches[1], plan.peer_latency)
-    latency: dict[str, dict[str, float | None]] = {}
-    rates: dict[str, dict[str, float | None]] = {}
-    for n in sizes:
-        t = time_calls(
-            partial(runner.score, embedding, batches[n]),
-            plan.peer_latency.repeats,
-            plan.peer_latency.seconds,
-        )
-        latency[str(n)] = {"raw": t.median_ms}
-        rates[str(n)] = {
-            "raw": raw_rate(
-                lambda c: runner.score(embedding, c),
-                batches[n],
-                plan.peer_clients,
-                plan.peer_load_seconds,
-            )
-        }
+    latency, rates = _raw_figures(plan, runner, embedding, batches)
     with ExitStack() as stack:
         kserve = start_kserve(stack, tile_dir, workdir, log, out)
         urls: dict[Server, str] = {"ours": ours_url}
@@ -78,24 +63,11 @@ def peer_figures(
             urls["kserve"] = kserve.url
             out.update(kserve_single(kserve.url, vector, batches, plan, latency))
         log(f"peers: ours vs kserve latency and {plan.peer_clients} clients")
-        with CostModelClient(ours_url, timeout=120.0) as client:
-            prepared = prepare_graph(graph)
-            for n in sizes:
-                t = time_calls(
-                    partial(client.rank, "tile", prepared, batches[n]),
-                    plan.peer_latency.repeats,
-                    plan.peer_latency.seconds,
-                )
-                latency[str(n)]["ours"] = t.median_ms
+        _ours_latency(plan, ours_url, graph, batches, latency)
         pool_ = stack.enter_context(
             ClientPool(plan.peer_clients, graph, vector, batches[max(sizes)])
         )
-        errors = 0
-        for n in sizes:
-            for server, url in urls.items():
-                rate, failed = pool_.rate(Step(server, url, n, plan.peer_load_seconds))
-                rates[str(n)][server] = rate
-                errors += failed
+        errors = _load_rates(plan, pool_, urls, rates)
         out["workers_table"] = workers_table(
             plan, pool_, ours_url, rates, workers_env, workdir, graph, log
         )
@@ -112,6 +84,68 @@ def peer_figures(
     out["peer_throughput_configs_per_s"] = rates
     out["peer_clients"] = plan.peer_clients
     return out
+
+
+Figures = dict[str, dict[str, float | None]]  # batch size -> server -> figure
+
+
+def _raw_figures(
+    plan: Any,
+    runner: ArtifactRunner,
+    embedding: Embedding,
+    batches: dict[int, np.ndarray],
+) -> tuple[Figures, Figures]:
+    """Raw onnxruntime in process: latency and configs/s per batch size."""
+    latency: Figures = {}
+    rates: Figures = {}
+    for n in plan.peer_sizes:
+        t = time_calls(
+            partial(runner.score, embedding, batches[n]),
+            plan.peer_latency.repeats,
+            plan.peer_latency.seconds,
+        )
+        latency[str(n)] = {"raw": t.median_ms}
+        rates[str(n)] = {
+            "raw": raw_rate(
+                lambda c: runner.score(embedding, c),
+                batches[n],
+                plan.peer_clients,
+                plan.peer_load_seconds,
+            )
+        }
+    return latency, rates
+
+
+def _ours_latency(
+    plan: Any,
+    ours_url: str,
+    graph: Graph,
+    batches: dict[int, np.ndarray],
+    latency: Figures,
+) -> None:
+    """Our service's median latency through the real client, per batch size."""
+    with CostModelClient(ours_url, timeout=120.0) as client:
+        prepared = prepare_graph(graph)
+        for n in plan.peer_sizes:
+            t = time_calls(
+                partial(client.rank, "tile", prepared, batches[n]),
+                plan.peer_latency.repeats,
+                plan.peer_latency.seconds,
+            )
+            latency[str(n)]["ours"] = t.median_ms
+
+
+def _load_rates(
+    plan: Any, pool: ClientPool, urls: dict[Server, str], rates: Figures
+) -> int:
+    """Configs/s of every server under the client pool; the failed requests."""
+    errors = 0
+    for n in plan.peer_sizes:
+        for server, url in urls.items():
+            rate, failed = pool.rate(Step(server, url, n, plan.peer_load_seconds))
+            rates[str(n)][server] = rate
+            errors += failed
+    return errors
 
 
 def fixed_cost(

@@ -114,6 +114,21 @@ def workload(target: str, url: str) -> Callable[[], object]:
     )
 
 
+def _record_server(
+    spy: str, pid: int, rate: int, seconds: float, raw: Path, svg: Path
+) -> list[subprocess.Popen[bytes]]:
+    """Two py-spy recorders on the server: raw stacks and a flame graph."""
+    cmd = [spy, "record", "-p", str(pid), "-r", str(rate), "-d", str(int(seconds) + 1)]
+    return [
+        subprocess.Popen(
+            [*cmd, "-f", fmt, "-o", str(path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for fmt, path in (("raw", raw), ("flamegraph", svg))
+    ]
+
+
 def profile(
     target: Annotated[
         str, typer.Argument(help="http-binary, http-json, layout-cached or layout-cold")
@@ -141,27 +156,8 @@ def profile(
         for _ in range(3):
             call()
         raw = Path(tmp) / "server.txt"
-        cmd = [
-            spy,
-            "record",
-            "-p",
-            str(server.pid),
-            "-r",
-            str(rate),
-            "-d",
-            str(int(seconds) + 1),
-        ]
-        recorders = [
-            subprocess.Popen(
-                [*cmd, "-f", fmt, "-o", str(path)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for fmt, path in (
-                ("raw", raw),
-                ("flamegraph", stem.with_name(stem.name + "_server.svg")),
-            )
-        ]
+        svg = stem.with_name(stem.name + "_server.svg")
+        recorders = _record_server(spy, server.pid, rate, seconds, raw, svg)
         time.sleep(0.5)
         client_profile = Profiler(interval=0.001)
         client_profile.start()

@@ -38,6 +38,7 @@ from xla_costmodel.clients.errors import (
 from xla_costmodel.clients.exchange import DEFAULT_LIMITS, DEFAULT_TIMEOUT
 from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import GraphInput, PreparedGraph, prepare_graph
+from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.retry import Deadline, RetryPolicy
 from xla_costmodel.clients.session import AsyncTuningSession, TuningSession
 from xla_costmodel.clients.wire import (
@@ -78,6 +79,7 @@ __all__ = [
     "NotFound",
     "PreparedGraph",
     "ProtocolError",
+    "RankOptions",
     "RankResult",
     "RetryPolicy",
     "ServiceUnavailable",

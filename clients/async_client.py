@@ -34,6 +34,7 @@ from xla_costmodel.clients.operations import (
     upload_flow,
 )
 from xla_costmodel.clients.payloads import GraphInput, prepare_graph
+from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.retry import Deadline, RetryPolicy
 from xla_costmodel.clients.session import AsyncTuningSession
 from xla_costmodel.clients.wire import (
@@ -104,27 +105,32 @@ class AsyncCostModelClient(ClientCore):
         portfolio: bool = False,
     ) -> RankResult:
         """See ``CostModelClient.rank``."""
-        limit = self._deadline(deadline)  # client-side preparation counts too
+        options = RankOptions(
+            top_k=top_k,
+            deadline=deadline,
+            fallback=fallback,
+            model_version=model_version,
+            target=target,
+            adapt=adapt,
+            portfolio=portfolio,
+        )
+        return await self.rank_with(model, graph, configs, options)
+
+    async def rank_with(
+        self, model: str, graph: GraphInput, configs: Any, options: RankOptions
+    ) -> RankResult:
+        """``rank`` with its keywords as one ``RankOptions`` (what sessions send)."""
+        limit = self._deadline(options.deadline)  # client-side preparation counts too
         with self._forgetting(model):
             try:
                 spec = await self._run(collection_flow(model, self.collections), limit)
             except ServiceUnavailable as exc:
-                return unlearned_fallback(exc, fallback, graph, configs, top_k, model)
-            prepared, n, flow = self._prepare_rank(
-                spec,
-                model,
-                graph,
-                configs,
-                top_k,
-                model_version,
-                target,
-                adapt,
-                portfolio,
-            )
+                return unlearned_fallback(exc, options, graph, configs, model)
+            prepared, n, flow = self._prepare_rank(spec, model, graph, configs, options)
             try:
                 return await self._run(flow, limit)
             except ServiceUnavailable as exc:
-                return fallback_or_raise(exc, fallback, prepared, n, top_k, model)
+                return fallback_or_raise(exc, options, prepared, n, model)
 
     async def upload_graph(
         self,

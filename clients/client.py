@@ -34,6 +34,7 @@ from xla_costmodel.clients.operations import (
     upload_flow,
 )
 from xla_costmodel.clients.payloads import GraphInput, prepare_graph
+from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.retry import Deadline, RetryPolicy
 from xla_costmodel.clients.session import TuningSession
 from xla_costmodel.clients.wire import (
@@ -114,28 +115,36 @@ class CostModelClient(ClientCore):
         ``fallback`` (the caller's own order, best first; unlisted configs follow in
         input order), a service that cannot answer within ``deadline`` seconds yields
         a ``degraded`` result instead of ``ServiceUnavailable``/``DeadlineExceeded``.
+        To name the compiler the configs will run under (the service weighs other
+        compilers' measurements down), rank through a ``session(compiler=...)`` or
+        ``rank_with(..., RankOptions(compiler=...))``.
         """
-        limit = self._deadline(deadline)  # client-side preparation counts too
+        options = RankOptions(
+            top_k=top_k,
+            deadline=deadline,
+            fallback=fallback,
+            model_version=model_version,
+            target=target,
+            adapt=adapt,
+            portfolio=portfolio,
+        )
+        return self.rank_with(model, graph, configs, options)
+
+    def rank_with(
+        self, model: str, graph: GraphInput, configs: Any, options: RankOptions
+    ) -> RankResult:
+        """``rank`` with its keywords as one ``RankOptions`` (what sessions send)."""
+        limit = self._deadline(options.deadline)  # client-side preparation counts too
         with self._forgetting(model):
             try:
                 spec = self._run(collection_flow(model, self.collections), limit)
             except ServiceUnavailable as exc:
-                return unlearned_fallback(exc, fallback, graph, configs, top_k, model)
-            prepared, n, flow = self._prepare_rank(
-                spec,
-                model,
-                graph,
-                configs,
-                top_k,
-                model_version,
-                target,
-                adapt,
-                portfolio,
-            )
+                return unlearned_fallback(exc, options, graph, configs, model)
+            prepared, n, flow = self._prepare_rank(spec, model, graph, configs, options)
             try:
                 return self._run(flow, limit)
             except ServiceUnavailable as exc:
-                return fallback_or_raise(exc, fallback, prepared, n, top_k, model)
+                return fallback_or_raise(exc, options, prepared, n, model)
 
     def upload_graph(
         self,
@@ -250,8 +259,9 @@ class CostModelClient(ClientCore):
         compiler: str | None = None,
     ) -> TuningSession:
         """A tuning session that pins the model version of its first answer (and
-        ranks and reports for ``target``, default the model's, and reports what
-        ``compiler`` measured)."""
+        ranks and reports for ``target``, default the model's, and under
+        ``compiler``: its ranks weigh other compilers' measurements down, its
+        reports say what the runtimes were measured under)."""
         return TuningSession(self, model, model_version, target, compiler)
 
     def _run(self, flow: Flow[T], deadline: Deadline) -> T:

@@ -168,6 +168,20 @@ def _error_document(response: httpx.Response) -> tuple[str | None, str, str | No
     return None, response.reason_phrase, None
 
 
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    """A 2xx answer's JSON object; anything else breaks the contract."""
+    try:
+        body = response.json()
+    except ValueError:
+        raise ProtocolError(
+            f"{response.request.url.path}: answer is not JSON",
+            status=response.status_code,
+        ) from None
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{response.request.url.path}: answer is not a JSON object")
+    return body
+
+
 def error_from_transport(exc: httpx.TransportError, idempotent: bool) -> CostModelError:
     """Translate an httpx transport failure.
 

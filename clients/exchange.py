@@ -17,7 +17,7 @@ answer suggests the model changed: unknown model or version, or configs refused.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -45,6 +45,7 @@ from xla_costmodel.clients.payloads import (
     config_count,
     prepare_graph,
 )
+from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.retry import Deadline, RetryPolicy, parse_retry_after
 from xla_costmodel.clients.wire import Call, RankResult, fallback_result
 from xla_costmodel.tpugraphs.collections import CollectionSpec
@@ -154,57 +155,38 @@ class ClientCore:
         model: str,
         graph: GraphInput,
         configs: Any,
-        top_k: int | None,
-        version: str | None,
-        target: str | None = None,
-        adapt: bool = True,
-        portfolio: bool = False,
+        options: RankOptions,
     ) -> tuple[PreparedGraph, int, Flow[RankResult]]:
         prepared = prepare_graph(graph, configs, spec)
         array = config_array(configs, prepared, spec)
-        flow = rank_flow(
-            model,
-            prepared,
-            array,
-            spec,
-            top_k,
-            version,
-            self.known_graphs,
-            target,
-            adapt,
-            portfolio,
-        )
+        flow = rank_flow(model, prepared, array, spec, options, self.known_graphs)
         return prepared, int(array.shape[0]), flow
 
 
 def fallback_or_raise(
     error: ServiceUnavailable,
-    fallback: Sequence[int] | None,
+    options: RankOptions,
     prepared: PreparedGraph,
     num_configs: int,
-    top_k: int | None,
     model: str,
 ) -> RankResult:
-    if fallback is None:
+    if options.fallback is None:
         raise error
     return fallback_result(
-        fallback, num_configs, top_k, model, prepared.graph_id, error
+        options.fallback, num_configs, options.top_k, model, prepared.graph_id, error
     )
 
 
 def unlearned_fallback(
     error: ServiceUnavailable,
-    fallback: Sequence[int] | None,
+    options: RankOptions,
     graph: GraphInput,
     configs: Any,
-    top_k: int | None,
     model: str,
 ) -> RankResult:
     """``fallback_or_raise`` when the service could not say the model's collection:
     the graph is identified without it (HLO text by the form of the configs)."""
-    if fallback is None:
+    if options.fallback is None:
         raise error
     prepared = prepare_graph(graph, configs)
-    return fallback_or_raise(
-        error, fallback, prepared, config_count(configs), top_k, model
-    )
+    return fallback_or_raise(error, options, prepared, config_count(configs), model)

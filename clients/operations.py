@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 import httpx
@@ -27,6 +26,7 @@ from xla_costmodel.clients.errors import (
     ProtocolError,
 )
 from xla_costmodel.clients.payloads import NPZ, PreparedGraph, config_array, configs_npz
+from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.wire import (
     JSON,
     BestKnown,
@@ -163,12 +163,8 @@ def rank_flow(
     graph: PreparedGraph,
     configs: npt.NDArray[np.float32],
     spec: CollectionSpec,
-    top_k: int | None,
-    version: str | None,
+    options: RankOptions,
     known: KnownGraphs,
-    target: str | None = None,
-    adapt: bool = True,
-    portfolio: bool = False,
 ) -> Flow[RankResult]:
     """POST /v1/rank: by graph id once ``known`` has it, else with the graph inline.
 
@@ -177,13 +173,12 @@ def rank_flow(
     to the same upload and a rank by id. ``configs`` must already be validated
     (``payloads.config_array``) for a ``spec`` model.
     """
-    if top_k is not None and top_k < 1:
+    if options.top_k is not None and options.top_k < 1:
         raise InvalidRequest("top_k must be >= 1", field="top_k")
     n = int(configs.shape[0])
     accept = NPZ if n >= NPZ_ANSWER_MIN_CONFIGS else None
     by_id = (model, graph.graph_id) in known
-    opts = RankOptions(top_k, version, target, adapt, accept, portfolio)
-    first = _rank_call(model, graph, configs, spec, opts, by_id)
+    first = _rank_call(model, graph, configs, spec, options, by_id, accept)
     uploaded = not by_id
     try:
         response = yield first
@@ -191,23 +186,15 @@ def rank_flow(
         if not _upload_helps(exc, by_id):
             raise
         known.discard(model, graph.graph_id)
-        yield from upload_flow(model, graph, version)
+        yield from upload_flow(model, graph, options.model_version)
         uploaded = True
-        again = first if by_id else _rank_call(model, graph, configs, spec, opts, True)
+        again = first
+        if not by_id:
+            again = _rank_call(model, graph, configs, spec, options, True, accept)
         response = yield again
     result = parse_rank(response, graph.graph_id, n, uploaded)
     known.add(model, graph.graph_id)
     return result
-
-
-@dataclass(frozen=True)
-class RankOptions:
-    top_k: int | None
-    version: str | None
-    target: str | None
-    adapt: bool
-    accept: str | None
-    portfolio: bool = False
 
 
 def _rank_call(
@@ -217,26 +204,28 @@ def _rank_call(
     spec: CollectionSpec,
     opts: RankOptions,
     by_id: bool,
+    accept: str | None,
 ) -> Call:
     # What a JSON body holds; an npz body carries the same in the query.
     given = {
         "model": model,
         "graph_id": graph.graph_id if by_id else None,
         "top_k": opts.top_k,
-        "model_version": opts.version,
+        "model_version": opts.model_version,
         "target": opts.target,
+        "compiler": opts.compiler,
         "adapt": None if opts.adapt else False,
         "portfolio": True if opts.portfolio else None,
     }
     fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if by_id and configs.size <= JSON_BODY_MAX_VALUES:
         body = json_body({**fields, "configs": configs.tolist()})
-        return Call("POST", "/v1/rank", {}, body, JSON, accept=opts.accept)
+        return Call("POST", "/v1/rank", {}, body, JSON, accept=accept)
     params = {
         k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in fields.items()
     }
     body = configs_npz(configs, graph, spec, inline=not by_id)
-    return Call("POST", "/v1/rank", params, body, NPZ, accept=opts.accept)
+    return Call("POST", "/v1/rank", params, body, NPZ, accept=accept)
 
 
 def _upload_helps(error: GraphNotFound | InvalidRequest, by_id: bool) -> bool:
@@ -246,7 +235,7 @@ def _upload_helps(error: GraphNotFound | InvalidRequest, by_id: bool) -> bool:
     return isinstance(error, InvalidRequest) and error.status == 413
 
 
-def feedback_flow(
+def feedback_flow(  # noqa: PLR0913 -- one parameter per field of the feedback body
     model: str,
     graph: PreparedGraph,
     runtimes_ns: Sequence[int] | np.ndarray[Any, Any],

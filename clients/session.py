@@ -15,6 +15,7 @@ import numpy as np
 
 from xla_costmodel.clients.errors import ProtocolError
 from xla_costmodel.clients.payloads import GraphInput
+from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.retry import Deadline
 from xla_costmodel.clients.wire import FeedbackResult, RankResult
 
@@ -25,19 +26,8 @@ DeadlineArg = float | Deadline | None
 # What a session needs of its client. Declared here rather than imported, so the
 # clients (which create sessions) and the sessions do not import each other.
 class Ranks(Protocol):
-    def rank(
-        self,
-        model: str,
-        graph: GraphInput,
-        configs: Any,
-        *,
-        top_k: int | None = ...,
-        deadline: DeadlineArg = ...,
-        fallback: Sequence[int] | None = ...,
-        model_version: str | None = ...,
-        target: str | None = ...,
-        adapt: bool = ...,
-        portfolio: bool = ...,
+    def rank_with(
+        self, model: str, graph: GraphInput, configs: Any, options: RankOptions
     ) -> RankResult: ...
 
     def feedback(
@@ -57,19 +47,8 @@ class Ranks(Protocol):
 
 
 class AsyncRanks(Protocol):
-    async def rank(
-        self,
-        model: str,
-        graph: GraphInput,
-        configs: Any,
-        *,
-        top_k: int | None = ...,
-        deadline: DeadlineArg = ...,
-        fallback: Sequence[int] | None = ...,
-        model_version: str | None = ...,
-        target: str | None = ...,
-        adapt: bool = ...,
-        portfolio: bool = ...,
+    async def rank_with(
+        self, model: str, graph: GraphInput, configs: Any, options: RankOptions
     ) -> RankResult: ...
 
     async def feedback(
@@ -99,8 +78,29 @@ class _Pin:
         self.model = model
         self.model_version = model_version
         self.target = target  # the hardware this session measures on
-        self.compiler = compiler  # and the compiler ("jaxlib 0.10.2"; None: unknown)
+        # and the compiler ("jaxlib 0.10.2"; None: unknown), named in ranks and reports
+        self.compiler = compiler
         self.last_ranking_id: str | None = None  # of the latest answer
+
+    def _options(
+        self,
+        top_k: int | None,
+        deadline: DeadlineArg,
+        fallback: Sequence[int] | None,
+        adapt: bool,
+        portfolio: bool,
+    ) -> RankOptions:
+        """A rank's options, with the session's version, target and compiler."""
+        return RankOptions(
+            top_k=top_k,
+            deadline=deadline,
+            fallback=fallback,
+            model_version=self.model_version,
+            target=self.target,
+            compiler=self.compiler,
+            adapt=adapt,
+            portfolio=portfolio,
+        )
 
     def _indexed(self, indices: Sequence[int] | None) -> str | None:
         """Indices without a ranking_id mean the session's latest answer."""
@@ -145,18 +145,8 @@ class TuningSession(_Pin):
         adapt: bool = True,
         portfolio: bool = False,
     ) -> RankResult:
-        result = self.client.rank(
-            self.model,
-            graph,
-            configs,
-            top_k=top_k,
-            deadline=deadline,
-            fallback=fallback,
-            model_version=self.model_version,
-            target=self.target,
-            adapt=adapt,
-            portfolio=portfolio,
-        )
+        options = self._options(top_k, deadline, fallback, adapt, portfolio)
+        result = self.client.rank_with(self.model, graph, configs, options)
         return self._pin(result)
 
     def feedback(
@@ -208,18 +198,8 @@ class AsyncTuningSession(_Pin):
         adapt: bool = True,
         portfolio: bool = False,
     ) -> RankResult:
-        result = await self.client.rank(
-            self.model,
-            graph,
-            configs,
-            top_k=top_k,
-            deadline=deadline,
-            fallback=fallback,
-            model_version=self.model_version,
-            target=self.target,
-            adapt=adapt,
-            portfolio=portfolio,
-        )
+        options = self._options(top_k, deadline, fallback, adapt, portfolio)
+        result = await self.client.rank_with(self.model, graph, configs, options)
         return self._pin(result)
 
     async def feedback(

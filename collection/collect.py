@@ -23,11 +23,10 @@ import typer
 from xla_costmodel.clients.xla.isolate import forwarded_argv, supervise
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.collection.progress import make_log
-from xla_costmodel.collection.zoo import select
+from xla_costmodel.collection.zoo import Program, select
 
 
-# Over 60 lines for its typer options only (one parameter per flag).
-def collect(
+def collect(  # noqa: PLR0913 -- typer: one parameter per command-line option
     ctx: typer.Context,
     out: Path = typer.Option(..., "--out", help="Output folder (resumable)."),
     programs: str = typer.Option(
@@ -59,11 +58,7 @@ def collect(
     worker: bool = typer.Option(False, "--worker", hidden=True),
 ) -> None:
     """Collect an xla_cpu/1 dataset: real programs, compiled and measured here."""
-    try:
-        chosen = select([p for p in programs.split(",") if p])
-    except ValueError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+    chosen = _chosen(programs)
     if not worker:
         # Some option sets crash XLA itself: the work runs in a child process, which
         # is restarted after a crash and leaves the crashing config out (probe.py,
@@ -89,6 +84,15 @@ def collect(
         compile_cpus=all_cpus,
         pinned=pinned,
     )
+
+
+def _chosen(programs: str) -> list[Program]:
+    """The zoo programs named (names or families, comma-separated); exit 2 if unknown."""
+    try:
+        return select([p for p in programs.split(",") if p])
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
 
 
 def pin_to(cpu: int) -> list[int]:

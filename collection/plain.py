@@ -1,4 +1,5 @@
-"""Plain-JAX programs of the zoo: factories returning zero-argument builders.
+"""Plain-JAX programs of the zoo: factories returning zero-argument builders, and the
+building blocks they share with the convolutional ones (``plain_conv``).
 
 Every builder imports jax when called and returns ``(fn, args)`` with the parameters
 among ``args`` (so XLA sees them as inputs, not constants). ``train=True`` returns an
@@ -18,7 +19,7 @@ Params = dict[str, Any]
 Shapes = dict[str, tuple[int, ...]]
 
 
-def _init(shapes: Mapping[str, tuple[int, ...]]) -> Params:
+def init_params(shapes: Mapping[str, tuple[int, ...]]) -> Params:
     import jax
     import jax.numpy as jnp
 
@@ -30,7 +31,7 @@ def _init(shapes: Mapping[str, tuple[int, ...]]) -> Params:
     return out
 
 
-def _finish(
+def finish(
     forward: Callable[[Params, Any], Any], params: Params, x: Any, train: bool
 ) -> Built:
     """Inference ``forward(params, x)``, or an SGD step on its mean square."""
@@ -50,13 +51,13 @@ def _finish(
     return step, (params, x)
 
 
-def _x(shape: tuple[int, ...]) -> Any:
+def example(shape: tuple[int, ...]) -> Any:
     import jax
 
     return jax.random.normal(jax.random.key(1), shape)
 
 
-def _conv(x: Any, w: Any, stride: int = 1, groups: int = 1, dilation: int = 1) -> Any:
+def conv(x: Any, w: Any, stride: int = 1, groups: int = 1, dilation: int = 1) -> Any:
     import jax
 
     nd = x.ndim - 2
@@ -72,7 +73,7 @@ def _conv(x: Any, w: Any, stride: int = 1, groups: int = 1, dilation: int = 1) -
     )
 
 
-def _pool(x: Any) -> Any:
+def max_pool(x: Any) -> Any:
     import jax
 
     return jax.lax.reduce_window(
@@ -99,77 +100,7 @@ def mlp(
                     x = jax.nn.relu(x)
             return jax.nn.log_softmax(x)
 
-        return _finish(forward, _init(shapes), _x((batch, d_in)), train)
-
-    return build
-
-
-def cnn(batch: int, hw: int, widths: tuple[int, ...], train: bool) -> Builder:
-    def build() -> Built:
-        import jax
-
-        chans = [3, *widths]
-        shapes: Shapes = {
-            f"c{i}": (3, 3, a, b) for i, (a, b) in enumerate(itertools.pairwise(chans))
-        }
-        shapes["head"] = (widths[-1], 10)
-
-        def forward(p: Params, x: Any) -> Any:
-            for i in range(len(widths)):
-                x = _pool(jax.nn.relu(_conv(x, p[f"c{i}"])))
-            return x.mean(axis=(1, 2)) @ p["head"]
-
-        return _finish(forward, _init(shapes), _x((batch, hw, hw, 3)), train)
-
-    return build
-
-
-def dwsep_cnn(batch: int, hw: int, widths: tuple[int, ...]) -> Builder:
-    def build() -> Built:
-        import jax
-
-        chans = [16, *widths]
-        shapes: dict[str, tuple[int, ...]] = {
-            "stem": (3, 3, 3, 16),
-            "head": (widths[-1], 10),
-        }
-        for i, (a, b) in enumerate(itertools.pairwise(chans)):
-            shapes[f"dw{i}"] = (3, 3, 1, a)
-            shapes[f"pw{i}"] = (1, 1, a, b)
-
-        def forward(p: Params, x: Any) -> Any:
-            x = jax.nn.relu6(_conv(x, p["stem"]))
-            for i in range(len(widths)):
-                x = jax.nn.relu6(_conv(x, p[f"dw{i}"], stride=2, groups=x.shape[-1]))
-                x = jax.nn.relu6(_conv(x, p[f"pw{i}"]))
-            return x.mean(axis=(1, 2)) @ p["head"]
-
-        return _finish(forward, _init(shapes), _x((batch, hw, hw, 3)), False)
-
-    return build
-
-
-def conv1d(
-    batch: int, length: int, ch: int, layers: int, train: bool, dilated: bool = False
-) -> Builder:
-    def build() -> Built:
-        import jax
-
-        shapes = {
-            "in": (1, 8, ch),
-            **{f"c{i}": (3, ch, ch) for i in range(layers)},
-            "out": (ch, 8),
-        }
-
-        def forward(p: Params, x: Any) -> Any:
-            h = _conv(x, p["in"])
-            for i in range(layers):
-                h = h + jax.nn.gelu(
-                    _conv(h, p[f"c{i}"], dilation=2**i if dilated else 1)
-                )
-            return h @ p["out"]
-
-        return _finish(forward, _init(shapes), _x((batch, length, 8)), train)
+        return finish(forward, init_params(shapes), example((batch, d_in)), train)
 
     return build
 
@@ -199,7 +130,7 @@ def attention(
         def forward(p: Params, x: Any) -> Any:
             return _mha(p, x, heads, causal)
 
-        return _finish(forward, _init(shapes), _x((batch, seq, d)), train)
+        return finish(forward, init_params(shapes), example((batch, seq, d)), train)
 
     return build
 
@@ -241,9 +172,9 @@ def transformer(
         x = (
             jax.random.randint(jax.random.key(1), (batch, seq), 0, vocab, jnp.int32)
             if vocab
-            else _x((batch, seq, d))
+            else example((batch, seq, d))
         )
-        return _finish(forward, _init(shapes), x, train)
+        return finish(forward, init_params(shapes), x, train)
 
     return build
 
@@ -284,7 +215,9 @@ def rnn(
             _, hs = jax.lax.scan(lambda carry, x: step(p, carry, x), (zeros, zeros), xs)
             return hs
 
-        return _finish(forward, _init(shapes), _x((steps, batch, d_in)), train)
+        return finish(
+            forward, init_params(shapes), example((steps, batch, d_in)), train
+        )
 
     return build
 
@@ -307,72 +240,7 @@ def norm_net(kind: str, batch: int, d: int, layers: int) -> Builder:
                     x = x + jax.nn.silu(h / rms**0.5 * p[f"g{i}"])
             return jax.nn.softmax(x, -1)
 
-        return _finish(forward, _init(shapes), _x((batch, d)), False)
-
-    return build
-
-
-def norm_cnn(kind: str, batch: int, hw: int, ch: int, layers: int) -> Builder:
-    def build() -> Built:
-        import jax
-
-        shapes = {
-            "stem": (3, 3, 3, ch),
-            **{f"c{i}": (3, 3, ch, ch) for i in range(layers)},
-        }
-
-        def norm(h: Any) -> Any:
-            if kind == "batch":
-                mean, var = h.mean((0, 1, 2)), h.var((0, 1, 2))
-                return (h - mean) / (var + 1e-5) ** 0.5
-            g = h.reshape(*h.shape[:-1], 8, h.shape[-1] // 8)
-            mean, var = (
-                g.mean((1, 2, 4), keepdims=True),
-                g.var((1, 2, 4), keepdims=True),
-            )
-            return ((g - mean) / (var + 1e-5) ** 0.5).reshape(h.shape)
-
-        act = jax.nn.relu if kind == "batch" else jax.nn.silu
-
-        def forward(p: Params, x: Any) -> Any:
-            h = _conv(x, p["stem"])
-            for i in range(layers):
-                h = h + act(norm(_conv(h, p[f"c{i}"])))
-            return h.mean((1, 2))
-
-        return _finish(forward, _init(shapes), _x((batch, hw, hw, 3)), False)
-
-    return build
-
-
-def unet(batch: int, hw: int, widths: tuple[int, ...], train: bool) -> Builder:
-    def build() -> Built:
-        import jax
-        import jax.numpy as jnp
-
-        chans = [3, *widths]
-        shapes: dict[str, tuple[int, ...]] = {}
-        for i, (a, b) in enumerate(itertools.pairwise(chans)):
-            shapes[f"down{i}"] = (3, 3, a, b)
-        for i in range(len(widths) - 1, 0, -1):
-            shapes[f"up{i}"] = (3, 3, widths[i] + widths[i - 1], widths[i - 1])
-        shapes["out"] = (1, 1, widths[0], 1)
-
-        def forward(p: Params, x: Any) -> Any:
-            skips = []
-            for i in range(len(widths)):
-                x = jax.nn.relu(_conv(x, p[f"down{i}"]))
-                skips.append(x)
-                if i < len(widths) - 1:
-                    x = _pool(x)
-            for i in range(len(widths) - 1, 0, -1):
-                x = jnp.repeat(jnp.repeat(x, 2, 1), 2, 2)
-                x = jax.nn.relu(
-                    _conv(jnp.concatenate([x, skips[i - 1]], -1), p[f"up{i}"])
-                )
-            return _conv(x, p["out"])
-
-        return _finish(forward, _init(shapes), _x((batch, hw, hw, 3)), train)
+        return finish(forward, init_params(shapes), example((batch, d)), False)
 
     return build
 
@@ -382,84 +250,6 @@ def unet(batch: int, hw: int, widths: tuple[int, ...], train: bool) -> Builder:
 # channel counts from 1 up, 1-D signals laid out as 2-D convolutions, grouped and
 # depthwise convolutions, matmul shapes from skinny to square, batch 1 to 1024,
 # inference and training). A cross-program model learns what a CPU rewards from them.
-
-
-def conv_stack(
-    batch: int,
-    hw: int,
-    cin: int,
-    widths: tuple[int, ...],
-    k: int,
-    stride: int,
-    train: bool,
-) -> Builder:
-    """Convolutions of kernel ``k`` and ``stride`` (no pooling), a linear head."""
-
-    def build() -> Built:
-        import jax
-
-        chans = [cin, *widths]
-        shapes: Shapes = {
-            f"c{i}": (k, k, a, b) for i, (a, b) in enumerate(itertools.pairwise(chans))
-        }
-        shapes["head"] = (widths[-1], 10)
-
-        def forward(p: Params, x: Any) -> Any:
-            for i in range(len(widths)):
-                x = jax.nn.relu(_conv(x, p[f"c{i}"], stride=stride))
-            return x.mean(axis=(1, 2)) @ p["head"]
-
-        return _finish(forward, _init(shapes), _x((batch, hw, hw, cin)), train)
-
-    return build
-
-
-def grouped_conv(
-    batch: int, hw: int, ch: int, groups: int, k: int, layers: int, train: bool
-) -> Builder:
-    """``layers`` blocks of a grouped ``k``x``k`` conv (``groups == ch``: depthwise)
-    and a 1x1 conv, residual."""
-
-    def build() -> Built:
-        import jax
-
-        shapes: Shapes = {"stem": (3, 3, 3, ch), "head": (ch, 10)}
-        for i in range(layers):
-            shapes[f"g{i}"] = (k, k, ch // groups, ch)
-            shapes[f"p{i}"] = (1, 1, ch, ch)
-
-        def forward(p: Params, x: Any) -> Any:
-            h = _conv(x, p["stem"])
-            for i in range(layers):
-                y = jax.nn.relu(_conv(h, p[f"g{i}"], groups=groups))
-                h = h + _conv(y, p[f"p{i}"])
-            return h.mean(axis=(1, 2)) @ p["head"]
-
-        return _finish(forward, _init(shapes), _x((batch, hw, hw, 3)), train)
-
-    return build
-
-
-def signal2d(
-    batch: int, length: int, ch: int, k: int, layers: int, train: bool
-) -> Builder:
-    """A 1-D signal as a 1 x length image: ``(1, k)`` convolutions, ``ch`` channels."""
-
-    def build() -> Built:
-        import jax
-
-        shapes: Shapes = {"in": (1, k, 1, ch), "out": (ch, 4)}
-        shapes |= {f"c{i}": (1, k, ch, ch) for i in range(layers)}
-
-        def forward(p: Params, x: Any) -> Any:
-            h = jax.nn.relu(_conv(x, p["in"]))
-            for i in range(layers):
-                h = h + jax.nn.tanh(_conv(h, p[f"c{i}"]))
-            return h.mean(axis=(1, 2)) @ p["out"]
-
-        return _finish(forward, _init(shapes), _x((batch, 1, length, 1)), train)
-
-    return build
 
 
 def matmul_chain(m: int, k: int, n: int, layers: int, train: bool) -> Builder:
@@ -478,6 +268,6 @@ def matmul_chain(m: int, k: int, n: int, layers: int, train: bool) -> Builder:
                 x = jax.nn.silu(x @ p[f"w{i}"])
             return x
 
-        return _finish(forward, _init(shapes), _x((m, k)), train)
+        return finish(forward, init_params(shapes), example((m, k)), train)
 
     return build

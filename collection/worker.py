@@ -32,7 +32,7 @@ from xla_costmodel.collection import record
 from xla_costmodel.collection.progress import make_log, pending, summary_line
 from xla_costmodel.collection.zoo import Program
 from xla_costmodel.tpugraphs import machine, xla_cpu
-from xla_costmodel.tpugraphs.hlo.featurize import featurize_hlo
+from xla_costmodel.tpugraphs.hlo.featurize import HloGraph, featurize_hlo
 
 Options = dict[str, xla_cpu.OptionValue]
 # Test hook: (index, options) -> options actually compiled (e.g. to force a failure).
@@ -51,7 +51,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def run_collection(
+def run_collection(  # noqa: PLR0913 -- keyword-only options, collect's flags
     programs: Sequence[Program],
     out: Path,
     *,
@@ -128,20 +128,7 @@ def collect_program(
     """Build, featurize, compile and measure one program; write its files."""
     phase: dict[str, float] = {}
     t = time.monotonic()
-    side: dict[str, Any] = {
-        "name": program.name,
-        "family": program.family,
-        "description": program.description,
-        "spec": xla_cpu.SPEC,
-        "columns": list(xla_cpu.COLUMNS),
-        "seed": seed,
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "versions": versions(),
-        "machine": machine.describe(),
-        "pinned_cpus": list(pinned or []),
-        "compile_cpus": list(compile_cpus or []),
-        "load_average_start": machine.load_average(),
-    }
+    side = _header(program, seed, compile_cpus, pinned)
     fn, args = program.build()
     phase["build"] = time.monotonic() - t
     t = time.monotonic()
@@ -157,13 +144,7 @@ def collect_program(
     n = len(options)
     journal = probe.Journal(out / f".{program.name}.journal")
     if journal.attempts() >= MAX_ATTEMPTS:
-        side |= {
-            "status": "dropped",
-            "reason": f"crashed the process {MAX_ATTEMPTS} times",
-        }
-        record.write_program(out, program.name, hlo_text, None, side)
-        journal.remove()
-        return side
+        return _drop_crashing(out, program.name, hlo_text, side, journal)
     journal.mark("attempt")
     entries = probe.compile_and_probe(
         lowered,
@@ -176,20 +157,99 @@ def collect_program(
     phase["compile"] = time.monotonic() - t
     log(f"{program.name}: compiled {n} + {controls} in {phase['compile']:.1f} s")
     ok = [k for k, c in enumerate(compiled) if c.executable is not None]
-    side["compile_failures"] = [
-        {"row": k, "options": options[k], "error": compiled[k].error}
-        for k, c in enumerate(compiled)
-        if c.executable is None
-    ]
-    side["controls_same_optimized_hlo"] = all(c.sha1 == compiled[0].sha1 for c in ctrl)
-    side["controls_distinct_executables"] = _distinct([compiled[0], *ctrl])
+    side |= _compile_record(compiled, ctrl, options)
+    runners, defaults = _runners(compiled, ctrl, ok, args)
+    rng = np.random.default_rng([seed, zlib.crc32(program.name.encode())])
+    t = time.monotonic()
+    attempts, m = _measure_attempts(runners, protocol, rng, defaults, ok)
+    phase["measure"] = time.monotonic() - t
+    side |= _measured_record(compiled, protocol, controls, attempts)
+    npz = _outcome(side, m, protocol, graph, rows, ok, options, defaults)
+    del runners, compiled, ctrl, entries, lowered, fn, args
+    gc.collect()
+    phase["total"] = sum(phase.values())
+    side["phase_s"] = {k: round(v, 2) for k, v in phase.items()}
+    record.write_program(out, program.name, hlo_text, npz, side)
+    journal.remove()
+    return side
+
+
+def _drop_crashing(
+    out: Path, name: str, hlo_text: str, side: dict[str, Any], journal: probe.Journal
+) -> dict[str, Any]:
+    """Give up on a program that crashed the worker ``MAX_ATTEMPTS`` times."""
+    side |= {
+        "status": "dropped",
+        "reason": f"crashed the process {MAX_ATTEMPTS} times",
+    }
+    record.write_program(out, name, hlo_text, None, side)
+    journal.remove()
+    return side
+
+
+def _header(
+    program: Program,
+    seed: int,
+    compile_cpus: Sequence[int] | None,
+    pinned: Sequence[int] | None,
+) -> dict[str, Any]:
+    """The sidecar's first fields: the program, the sample, versions and machine."""
+    return {
+        "name": program.name,
+        "family": program.family,
+        "description": program.description,
+        "spec": xla_cpu.SPEC,
+        "columns": list(xla_cpu.COLUMNS),
+        "seed": seed,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "versions": versions(),
+        "machine": machine.describe(),
+        "pinned_cpus": list(pinned or []),
+        "compile_cpus": list(compile_cpus or []),
+        "load_average_start": machine.load_average(),
+    }
+
+
+def _compile_record(
+    compiled: list[probe.Compiled], ctrl: list[probe.Compiled], options: list[Options]
+) -> dict[str, Any]:
+    """Compile failures, and whether the controls compiled to row 0's executable."""
+    return {
+        "compile_failures": [
+            {"row": k, "options": options[k], "error": compiled[k].error}
+            for k, c in enumerate(compiled)
+            if c.executable is None
+        ],
+        "controls_same_optimized_hlo": all(c.sha1 == compiled[0].sha1 for c in ctrl),
+        "controls_distinct_executables": _distinct([compiled[0], *ctrl]),
+    }
+
+
+def _runners(
+    compiled: list[probe.Compiled],
+    ctrl: list[probe.Compiled],
+    ok: list[int],
+    args: tuple[Any, ...],
+) -> tuple[list[Callable[[], object]], list[int]]:
+    """One runner per compiled config then per control; the indices among them of
+    the default config's copies (row 0 and the controls)."""
     runners = [_runner(compiled[k].executable, args) for k in ok]
     runners += [_runner(c.executable, args) for c in ctrl if c.executable]
     defaults = [len(ok) + j for j in range(len(runners) - len(ok))]
     if ok and ok[0] == 0:
         defaults = [0, *defaults]
-    rng = np.random.default_rng([seed, zlib.crc32(program.name.encode())])
-    t = time.monotonic()
+    return runners, defaults
+
+
+def _measure_attempts(
+    runners: list[Callable[[], object]],
+    protocol: TimingProtocol,
+    rng: np.random.Generator,
+    defaults: list[int],
+    ok: list[int],
+) -> tuple[list[dict[str, Any]], Measurement | None]:
+    """Measure until the default's copies agree (at most ``protocol.attempts``
+    times; never when the default config failed to compile)."""
     attempts: list[dict[str, Any]] = []
     m: Measurement | None = None
     for _ in range(protocol.attempts if ok and ok[0] == 0 else 0):
@@ -205,43 +265,58 @@ def collect_program(
         )
         if noise <= protocol.noise_threshold:
             break
-    phase["measure"] = time.monotonic() - t
-    side["attempts"] = attempts
-    side["load_average_end"] = machine.load_average()
-    side["compile_s"] = [round(c.seconds, 3) for c in compiled]
-    side["optimized_hlo_sha1"] = [c.sha1 for c in compiled]
-    side["max_rel_diff"] = [c.max_rel_diff for c in compiled]
-    side["protocol"] = {
-        "runs": protocol.runs,
-        "min_rounds": protocol.min_rounds,
-        "max_rounds": protocol.max_rounds,
-        "budget_s": round(protocol.budget_s, 1),
-        "noise_threshold": protocol.noise_threshold,
-        "controls": controls,
+    return attempts, m
+
+
+def _measured_record(
+    compiled: list[probe.Compiled],
+    protocol: TimingProtocol,
+    controls: int,
+    attempts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The measurement's sidecar fields: attempts, per-config compile facts, protocol."""
+    return {
+        "attempts": attempts,
+        "load_average_end": machine.load_average(),
+        "compile_s": [round(c.seconds, 3) for c in compiled],
+        "optimized_hlo_sha1": [c.sha1 for c in compiled],
+        "max_rel_diff": [c.max_rel_diff for c in compiled],
+        "protocol": {
+            "runs": protocol.runs,
+            "min_rounds": protocol.min_rounds,
+            "max_rounds": protocol.max_rounds,
+            "budget_s": round(protocol.budget_s, 1),
+            "noise_threshold": protocol.noise_threshold,
+            "controls": controls,
+        },
     }
-    npz = None
+
+
+def _outcome(
+    side: dict[str, Any],
+    m: Measurement | None,
+    protocol: TimingProtocol,
+    graph: HloGraph,
+    rows: np.ndarray[Any, np.dtype[np.float32]],
+    ok: list[int],
+    options: list[Options],
+    defaults: list[int],
+) -> bytes | None:
+    """Mark ``side`` dropped or add its summary; the npz bytes when kept."""
     if m is None:
         side |= {"status": "dropped", "reason": "the default config failed to compile"}
-    elif attempts[-1]["noise"] > protocol.noise_threshold:
-        side |= {
-            "status": "dropped",
-            "reason": f"controls disagree by {attempts[-1]['noise']:.3f}",
-        }
-    else:
-        # Per-round speed normalisation (tpugraphs.labels.normalised_medians); the noise
-        # (the controls' disagreement) stays on the raw medians.
-        runtimes = m.normalised_ns[: len(ok)].copy()
-        # Row 0 is the default config; its runtime is the median of its copies.
-        runtimes[0] = int(np.median(m.normalised_ns[defaults]))
-        npz = record.npz_bytes(graph, rows[ok], runtimes)
-        side |= _summary(runtimes, ok, options, m, defaults)
-    del runners, compiled, ctrl, entries, lowered, fn, args
-    gc.collect()
-    phase["total"] = sum(phase.values())
-    side["phase_s"] = {k: round(v, 2) for k, v in phase.items()}
-    record.write_program(out, program.name, hlo_text, npz, side)
-    journal.remove()
-    return side
+        return None
+    noise = side["attempts"][-1]["noise"]
+    if noise > protocol.noise_threshold:
+        side |= {"status": "dropped", "reason": f"controls disagree by {noise:.3f}"}
+        return None
+    # Per-round speed normalisation (tpugraphs.labels.normalised_medians); the noise
+    # (the controls' disagreement) stays on the raw medians.
+    runtimes = m.normalised_ns[: len(ok)].copy()
+    # Row 0 is the default config; its runtime is the median of its copies.
+    runtimes[0] = int(np.median(m.normalised_ns[defaults]))
+    side |= _summary(runtimes, ok, options, m, defaults)
+    return record.npz_bytes(graph, rows[ok], runtimes)
 
 
 def _summary(

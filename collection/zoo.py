@@ -8,6 +8,9 @@ importing this module stays light. Keras models are
 (nothing downloaded), run through ``stateless_call``; training steps take
 ``jax.value_and_grad`` of a cross-entropy over it and apply an SGD update. Sizes are
 chosen so one run takes roughly 5-50 ms on one core of this machine's CPU.
+
+Over 400 lines on purpose: the module is a data table (``PROGRAMS``, one entry per
+program, ~470 lines); splitting it would scatter one list across files.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xla_costmodel.collection import plain
+from xla_costmodel.collection import plain, plain_conv
 
 Builder = Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]]
 
@@ -155,68 +158,68 @@ PROGRAMS: tuple[Program, ...] = (
     _p(
         "cnn_small_32_b32",
         "cnn",
-        plain.cnn(32, 32, (32, 64, 128), False),
+        plain_conv.cnn(32, 32, (32, 64, 128), False),
         "3-stage conv/relu/pool CNN 32x32, batch 32",
     ),
     _p(
         "cnn_wide_32_b16",
         "cnn",
-        plain.cnn(16, 32, (64, 128, 256), False),
+        plain_conv.cnn(16, 32, (64, 128, 256), False),
         "wide 3-stage CNN 32x32, batch 16",
     ),
     _p(
         "cnn_deep_128_b4",
         "cnn",
-        plain.cnn(4, 128, (16, 32, 64, 128), False),
+        plain_conv.cnn(4, 128, (16, 32, 64, 128), False),
         "4-stage CNN 128x128, batch 4",
     ),
     _p(
         "cnn_train_32_b8",
         "cnn",
-        plain.cnn(8, 32, (32, 64, 128), True),
+        plain_conv.cnn(8, 32, (32, 64, 128), True),
         "3-stage CNN training step, batch 8",
     ),
     _p(
         "cnn_dwsep_32_b32",
         "cnn",
-        plain.dwsep_cnn(32, 32, (32, 64, 128)),
+        plain_conv.dwsep_cnn(32, 32, (32, 64, 128)),
         "depthwise-separable CNN 32x32, batch 32",
     ),
     _p(
         "cnn_small_64_b8",
         "cnn",
-        plain.cnn(8, 64, (32, 64, 128), False),
+        plain_conv.cnn(8, 64, (32, 64, 128), False),
         "3-stage conv/relu/pool CNN 64x64, batch 8",
     ),
     # 1-D convolutions over sequences
     _p(
         "conv1d_256_b32",
         "conv1d",
-        plain.conv1d(32, 256, 64, 4, False),
+        plain_conv.conv1d(32, 256, 64, 4, False),
         "4-layer conv1d, length 256, 64 ch, batch 32",
     ),
     _p(
         "conv1d_1024_b4",
         "conv1d",
-        plain.conv1d(4, 1024, 128, 4, False),
+        plain_conv.conv1d(4, 1024, 128, 4, False),
         "4-layer conv1d, length 1024, 128 ch, batch 4",
     ),
     _p(
         "conv1d_dilated_512_b8",
         "conv1d",
-        plain.conv1d(8, 512, 96, 6, False, dilated=True),
+        plain_conv.conv1d(8, 512, 96, 6, False, dilated=True),
         "dilated (WaveNet-like) conv1d, length 512, batch 8",
     ),
     _p(
         "conv1d_train_256_b8",
         "conv1d",
-        plain.conv1d(8, 256, 64, 4, True),
+        plain_conv.conv1d(8, 256, 64, 4, True),
         "conv1d training step, batch 8",
     ),
     _p(
         "conv1d_512_b16",
         "conv1d",
-        plain.conv1d(16, 512, 64, 4, False),
+        plain_conv.conv1d(16, 512, 64, 4, False),
         "4-layer conv1d, length 512, 64 ch, batch 16",
     ),
     # attention kernels alone
@@ -334,13 +337,13 @@ PROGRAMS: tuple[Program, ...] = (
     _p(
         "norm_batchnorm_cnn_b8",
         "norm",
-        plain.norm_cnn("batch", 8, 32, 64, 4),
+        plain_conv.norm_cnn("batch", 8, 32, 64, 4),
         "4 x (conv + batch norm + relu) 32x32, batch 8",
     ),
     _p(
         "norm_groupnorm_cnn_b4",
         "norm",
-        plain.norm_cnn("group", 4, 32, 64, 4),
+        plain_conv.norm_cnn("group", 4, 32, 64, 4),
         "4 x (conv + group norm + silu) 32x32, batch 4",
     ),
     _p(
@@ -353,158 +356,158 @@ PROGRAMS: tuple[Program, ...] = (
     _p(
         "unet_64_b8",
         "unet",
-        plain.unet(8, 64, (16, 32, 64), False),
+        plain_conv.unet(8, 64, (16, 32, 64), False),
         "3-level U-Net 64x64, batch 8",
     ),
     _p(
         "unet_32_b8",
         "unet",
-        plain.unet(8, 32, (32, 64, 128), False),
+        plain_conv.unet(8, 32, (32, 64, 128), False),
         "3-level U-Net 32x32, batch 8",
     ),
     _p(
         "unet_128_b4",
         "unet",
-        plain.unet(4, 128, (8, 16, 32, 64), False),
+        plain_conv.unet(4, 128, (8, 16, 32, 64), False),
         "4-level U-Net 128x128, batch 4",
     ),
     _p(
         "unet_train_32_b4",
         "unet",
-        plain.unet(4, 32, (16, 32, 64), True),
+        plain_conv.unet(4, 32, (16, 32, 64), True),
         "3-level U-Net training step, batch 4",
     ),
     _p(
         "unet_64_b2",
         "unet",
-        plain.unet(2, 64, (16, 32, 64), False),
+        plain_conv.unet(2, 64, (16, 32, 64), False),
         "3-level U-Net 64x64, batch 2",
     ),
     # shape-varied templates (plain.py): one family per template
     _p(
         "gconv_k3s1_c3x16-32_32_b8",
         "g_conv",
-        plain.conv_stack(8, 32, 3, (16, 32), 3, 1, False),
+        plain_conv.conv_stack(8, 32, 3, (16, 32), 3, 1, False),
         "2 conv(s) 3x3 stride 1, 3->16-32 ch, 32x32, batch 8",
     ),
     _p(
         "gconv_k5s2_c1x8-16_64_b4",
         "g_conv",
-        plain.conv_stack(4, 64, 1, (8, 16), 5, 2, False),
+        plain_conv.conv_stack(4, 64, 1, (8, 16), 5, 2, False),
         "2 conv(s) 5x5 stride 2, 1->8-16 ch, 64x64, batch 4",
     ),
     _p(
         "gconv_k7s2_c3x32_32_b16",
         "g_conv",
-        plain.conv_stack(16, 32, 3, (32,), 7, 2, False),
+        plain_conv.conv_stack(16, 32, 3, (32,), 7, 2, False),
         "1 conv(s) 7x7 stride 2, 3->32 ch, 32x32, batch 16",
     ),
     _p(
         "gconv_k3s2_c3x16-32-64_64_b8",
         "g_conv",
-        plain.conv_stack(8, 64, 3, (16, 32, 64), 3, 2, False),
+        plain_conv.conv_stack(8, 64, 3, (16, 32, 64), 3, 2, False),
         "3 conv(s) 3x3 stride 2, 3->16-32-64 ch, 64x64, batch 8",
     ),
     _p(
         "gconv_k1s1_c16x32-32_16_b32",
         "g_conv",
-        plain.conv_stack(32, 16, 16, (32, 32), 1, 1, False),
+        plain_conv.conv_stack(32, 16, 16, (32, 32), 1, 1, False),
         "2 conv(s) 1x1 stride 1, 16->32-32 ch, 16x16, batch 32",
     ),
     _p(
         "gconv_k5s1_c3x8-16_96_b2",
         "g_conv",
-        plain.conv_stack(2, 96, 3, (8, 16), 5, 1, False),
+        plain_conv.conv_stack(2, 96, 3, (8, 16), 5, 1, False),
         "2 conv(s) 5x5 stride 1, 3->8-16 ch, 96x96, batch 2",
     ),
     _p(
         "gconv_train_k3s1_c3x16-32_32_b8",
         "g_conv",
-        plain.conv_stack(8, 32, 3, (16, 32), 3, 1, True),
+        plain_conv.conv_stack(8, 32, 3, (16, 32), 3, 1, True),
         "2 conv(s) 3x3 stride 1, 3->16-32 ch, 32x32, batch 8, training step",
     ),
     _p(
         "gconv_train_k3s1_c1x8-8_32_b4",
         "g_conv",
-        plain.conv_stack(4, 32, 1, (8, 8), 3, 1, True),
+        plain_conv.conv_stack(4, 32, 1, (8, 8), 3, 1, True),
         "2 conv(s) 3x3 stride 1, 1->8-8 ch, 32x32, batch 4, training step",
     ),
     _p(
         "gconv_k3s1_c32x64_8_b64",
         "g_conv",
-        plain.conv_stack(64, 8, 32, (64,), 3, 1, False),
+        plain_conv.conv_stack(64, 8, 32, (64,), 3, 1, False),
         "1 conv(s) 3x3 stride 1, 32->64 ch, 8x8, batch 64",
     ),
     _p(
         "ggroup_g32k3_c32_32_b8",
         "g_group",
-        plain.grouped_conv(8, 32, 32, 32, 3, 2, False),
+        plain_conv.grouped_conv(8, 32, 32, 32, 3, 2, False),
         "2 x (depthwise 3x3 + 1x1) residual, 32 ch, 32x32, batch 8",
     ),
     _p(
         "ggroup_g64k5_c64_32_b4",
         "g_group",
-        plain.grouped_conv(4, 32, 64, 64, 5, 2, False),
+        plain_conv.grouped_conv(4, 32, 64, 64, 5, 2, False),
         "2 x (depthwise 5x5 + 1x1) residual, 64 ch, 32x32, batch 4",
     ),
     _p(
         "ggroup_g4k3_c32_16_b16",
         "g_group",
-        plain.grouped_conv(16, 16, 32, 4, 3, 3, False),
+        plain_conv.grouped_conv(16, 16, 32, 4, 3, 3, False),
         "3 x (4-group 3x3 + 1x1) residual, 32 ch, 16x16, batch 16",
     ),
     _p(
         "ggroup_g16k3_c16_64_b2",
         "g_group",
-        plain.grouped_conv(2, 64, 16, 16, 3, 2, False),
+        plain_conv.grouped_conv(2, 64, 16, 16, 3, 2, False),
         "2 x (depthwise 3x3 + 1x1) residual, 16 ch, 64x64, batch 2",
     ),
     _p(
         "ggroup_train_g8k3_c32_16_b2",
         "g_group",
-        plain.grouped_conv(2, 16, 32, 8, 3, 2, True),
+        plain_conv.grouped_conv(2, 16, 32, 8, 3, 2, True),
         "2 x (8-group 3x3 + 1x1) residual, 32 ch, 16x16, batch 2, training step",
     ),
     _p(
         "ggroup_g48k7_c48_64_b1",
         "g_group",
-        plain.grouped_conv(1, 64, 48, 48, 7, 1, False),
+        plain_conv.grouped_conv(1, 64, 48, 48, 7, 1, False),
         "1 x (depthwise 7x7 + 1x1) residual, 48 ch, 64x64, batch 1",
     ),
     _p(
         "gsig_k9_c16_1024_b16",
         "g_signal",
-        plain.signal2d(16, 1024, 16, 9, 2, False),
+        plain_conv.signal2d(16, 1024, 16, 9, 2, False),
         "1-D signal of 1024 as a 1x1024 image, 2 (1,9) convs, 16 ch, batch 16",
     ),
     _p(
         "gsig_k15_c8_4096_b4",
         "g_signal",
-        plain.signal2d(4, 4096, 8, 15, 2, False),
+        plain_conv.signal2d(4, 4096, 8, 15, 2, False),
         "1-D signal of 4096 as a 1x4096 image, 2 (1,15) convs, 8 ch, batch 4",
     ),
     _p(
         "gsig_k5_c32_256_b64",
         "g_signal",
-        plain.signal2d(64, 256, 32, 5, 3, False),
+        plain_conv.signal2d(64, 256, 32, 5, 3, False),
         "1-D signal of 256 as a 1x256 image, 3 (1,5) convs, 32 ch, batch 64",
     ),
     _p(
         "gsig_k3_c16_2048_b8",
         "g_signal",
-        plain.signal2d(8, 2048, 16, 3, 4, False),
+        plain_conv.signal2d(8, 2048, 16, 3, 4, False),
         "1-D signal of 2048 as a 1x2048 image, 4 (1,3) convs, 16 ch, batch 8",
     ),
     _p(
         "gsig_train_k9_c16_512_b16",
         "g_signal",
-        plain.signal2d(16, 512, 16, 9, 2, True),
+        plain_conv.signal2d(16, 512, 16, 9, 2, True),
         "1-D signal of 512 as a 1x512 image, 2 (1,9) convs, 16 ch, batch 16, training step",
     ),
     _p(
         "gsig_k31_c4_16384_b1",
         "g_signal",
-        plain.signal2d(1, 16384, 4, 31, 1, False),
+        plain_conv.signal2d(1, 16384, 4, 31, 1, False),
         "1-D signal of 16384 as a 1x16384 image, 1 (1,31) convs, 4 ch, batch 1",
     ),
     _p(

@@ -10,29 +10,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from xla_costmodel.collection import plain
+from xla_costmodel.collection import plain, plain_conv
 
 Built = tuple[Any, tuple[Any, ...]]
 
 
 def conv_strided() -> Built:
     """Two 3x3 stride-2 convolutions, 48x48 RGB, batch 16, inference."""
-    return plain.conv_stack(16, 48, 3, (24, 48), 3, 2, False)()
+    return plain_conv.conv_stack(16, 48, 3, (24, 48), 3, 2, False)()
 
 
 def resnet_train() -> Built:
     """A residual CNN (grouped 3x3 + 1x1 blocks), 16x16, batch 4, training step."""
-    return plain.grouped_conv(4, 16, 24, 2, 3, 2, True)()
+    return plain_conv.grouped_conv(4, 16, 24, 2, 3, 2, True)()
 
 
 def mobile_block() -> Built:
     """Depthwise 3x3 + pointwise blocks, 40 channels, 48x48, batch 4, inference."""
-    return plain.grouped_conv(4, 48, 40, 40, 3, 2, False)()
+    return plain_conv.grouped_conv(4, 48, 40, 40, 3, 2, False)()
 
 
 def audio_conv() -> Built:
     """A 1-D signal of 6,000 samples as a 1 x 6000 image, (1, 11) kernels, batch 2."""
-    return plain.signal2d(2, 6000, 12, 11, 2, False)()
+    return plain_conv.signal2d(2, 6000, 12, 11, 2, False)()
 
 
 def lstm_infer() -> Built:
@@ -67,12 +67,12 @@ def transformer_train() -> Built:
 
 def lenet() -> Built:
     """5x5 convolutions on 28x28 single-channel images, batch 64, inference."""
-    return plain.conv_stack(64, 28, 1, (6, 16), 5, 1, False)()
+    return plain_conv.conv_stack(64, 28, 1, (6, 16), 5, 1, False)()
 
 
 def unet_small() -> Built:
     """A 2-level U-Net, 48x48, batch 2, inference."""
-    return plain.unet(2, 48, (12, 24), False)()
+    return plain_conv.unet(2, 48, (12, 24), False)()
 
 
 NAMES = (

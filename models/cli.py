@@ -28,8 +28,12 @@ import typer
 from xla_costmodel.tpugraphs.spec import COLLECTION_NAMES, Collection
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from xla_costmodel.manifest import Manifest
     from xla_costmodel.models.finetune import InitArtifact
     from xla_costmodel.models.network import ModelConfig
+    from xla_costmodel.models.train import TrainConfig
 
 
 # The choices of --collection: every declared collection (spec.Collection, which the
@@ -50,7 +54,7 @@ INIT_HELP = (
 )
 
 
-def train(
+def train(  # noqa: PLR0913 -- typer: one parameter per command-line option
     collection: Annotated[CollectionName, typer.Option(help="Which model to train.")],
     data: Annotated[
         list[Path], typer.Option(help="Training npz files or directories.")
@@ -82,37 +86,14 @@ def train(
     scratch, or fine-tuning --init), then export it to --out."""
     from rich.console import Console
 
-    from xla_costmodel.models.checkpoint import save_checkpoint
-    from xla_costmodel.models.data import (
-        collection_files,
-        holdout_split,
-        without_graphs_of,
-    )
     from xla_costmodel.models.evaluate import format_table
-    from xla_costmodel.models.export import export_artifact
-    from xla_costmodel.models.finetune import InitError, check_out, finetune
-    from xla_costmodel.models.train import TrainConfig, fit
+    from xla_costmodel.models.train import TrainConfig
     from xla_costmodel.tpugraphs.collections import get
 
     name = get(collection.value).name
     console = Console(stderr=True)
-    try:
-        model, start = _architecture(name, init, hidden=hidden, layers=layers)
-        if start is not None:
-            check_out(start, out)
-    except InitError as exc:
-        _fail(str(exc))
-    train_files = collection_files(data, name)
-    if valid:
-        valid_files = collection_files(valid, name)
-        train_files, dropped = without_graphs_of(train_files, valid_files)
-        if dropped:
-            console.print(
-                f"{len(dropped)} --data files are (copies of) validation graphs: "
-                "not trained on"
-            )
-    else:
-        train_files, valid_files = holdout_split(train_files)
+    model, start = _start(name, init, out, hidden, layers)
+    train_files, valid_files = _files(name, data, valid, console)
     cfg = TrainConfig(
         name,
         epochs=epochs,
@@ -125,19 +106,77 @@ def train(
     console.print(
         f"{name}: {len(train_files)} training files, {len(valid_files)} validation"
     )
-    if start is not None:
-        console.print(f"fine-tuning {start.path} (weights from {start.weights})")
-        try:
-            manifest = finetune(start, train_files, valid_files, cfg, out, console)
-        except InitError as exc:
-            _fail(str(exc))
-    else:
-        result = fit(train_files, valid_files, cfg, out, console)
-        save_checkpoint(result, out)
-        manifest = export_artifact(result, out)
+    manifest = _train(start, train_files, valid_files, cfg, out, console)
     console.print(f"wrote {out} ({manifest.name} v{manifest.version})")
     if manifest.metrics:
         print(format_table(manifest.metrics))
+
+
+def _start(
+    name: Collection,
+    init: Path | None,
+    out: Path,
+    hidden: int | None,
+    layers: int | None,
+) -> tuple[ModelConfig, InitArtifact | None]:
+    """The architecture, and the artifact to fine-tune (checked against --out)."""
+    from xla_costmodel.models.finetune import InitError, check_out
+
+    try:
+        model, start = _architecture(name, init, hidden=hidden, layers=layers)
+        if start is not None:
+            check_out(start, out)
+    except InitError as exc:
+        _fail(str(exc))
+    return model, start
+
+
+def _files(
+    name: Collection, data: list[Path], valid: list[Path] | None, console: Console
+) -> tuple[list[Path], list[Path]]:
+    """Training and validation files: --valid's, else a held-out share of --data."""
+    from xla_costmodel.models.data import (
+        collection_files,
+        holdout_split,
+        without_graphs_of,
+    )
+
+    train_files = collection_files(data, name)
+    if not valid:
+        return holdout_split(train_files)
+    valid_files = collection_files(valid, name)
+    train_files, dropped = without_graphs_of(train_files, valid_files)
+    if dropped:
+        console.print(
+            f"{len(dropped)} --data files are (copies of) validation graphs: "
+            "not trained on"
+        )
+    return train_files, valid_files
+
+
+def _train(
+    start: InitArtifact | None,
+    train_files: list[Path],
+    valid_files: list[Path],
+    cfg: TrainConfig,
+    out: Path,
+    console: Console,
+) -> Manifest:
+    """Fine-tune ``start``, or train from scratch; export to ``out``."""
+    from xla_costmodel.models.checkpoint import save_checkpoint
+    from xla_costmodel.models.export import export_artifact
+    from xla_costmodel.models.finetune import InitError, finetune
+    from xla_costmodel.models.train import fit
+
+    if start is None:
+        result = fit(train_files, valid_files, cfg, out, console)
+        save_checkpoint(result, out)
+        return export_artifact(result, out)
+    console.print(f"fine-tuning {start.path} (weights from {start.weights})")
+    try:
+        return finetune(start, train_files, valid_files, cfg, out, console)
+    except InitError as exc:
+        _fail(str(exc))
 
 
 def _architecture(

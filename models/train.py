@@ -23,7 +23,6 @@ when no epoch beats it on validation, and ``epochs=0`` returns it unchanged.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import random
 import sys
@@ -38,23 +37,16 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from xla_costmodel.models.checkpoint import TrainResult, save_checkpoint
 from xla_costmodel.models.data import Example, ExampleStore, FeatureStats, feature_stats
+from xla_costmodel.models.losses import list_mle, pairwise_hinge
 from xla_costmodel.models.network import CostModel, ModelConfig
+from xla_costmodel.models.train_log import fresh_log, log_epoch, progress_bar
 from xla_costmodel.tpugraphs.arrays import Graph
 from xla_costmodel.tpugraphs.collections import get
 from xla_costmodel.tpugraphs.metrics import mean_metrics
 from xla_costmodel.tpugraphs.spec import Collection
-
-LOG_FILE = "train_log.jsonl"
 
 
 @dataclass
@@ -101,24 +93,6 @@ def graph_tensors(graph: Graph) -> dict[str, torch.Tensor]:
     if graph.node_config_ids is not None:
         out["node_config_ids"] = torch.from_numpy(graph.node_config_ids)
     return out
-
-
-def pairwise_hinge(
-    scores: torch.Tensor, targets: torch.Tensor, margin: float
-) -> torch.Tensor:
-    """Mean of ``relu(margin - (s_slow - s_fast))`` over pairs with different targets."""
-    slower = targets[None, :] > targets[:, None]  # [i, j]: j is slower than i
-    gaps = scores[None, :] - scores[:, None]
-    losses = torch.relu(margin - gaps)[slower]
-    return losses.mean() if losses.numel() else scores.sum() * 0.0
-
-
-def list_mle(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """ListMLE (Xia et al., 2008) with lower score = faster: the negative log-likelihood
-    of the measured order (fastest first) under a Plackett-Luce model of ``-scores``."""
-    utility = -scores[torch.argsort(targets, stable=True)]
-    tail_lse = torch.logcumsumexp(utility.flip(0), 0).flip(0)  # logsumexp of i..end
-    return (tail_lse - utility).mean()
 
 
 def ranking_loss(
@@ -249,11 +223,7 @@ def fit(
     ``init``: fine-tune a copy of this network (left untouched) instead of a fresh one
     with statistics from ``train_paths``; its architecture must be ``cfg.model``.
     """
-    if init is not None and init.cfg != cfg.model:
-        raise ValueError(
-            f"init network is {init.cfg.to_dict()}, the config asks for "
-            f"{cfg.model.to_dict()}"
-        )
+    _check_init(init, cfg)
     console = console or Console(stderr=True)
     set_seeds(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -261,36 +231,18 @@ def fit(
     train_store = ExampleStore(train_paths, cfg.collection, cfg.max_configs, cfg.seed)
     valid_store = ExampleStore(valid_paths, cfg.collection, cfg.max_configs, cfg.seed)
     stats, scan = _scan_and_stats(train_store, cfg)
-    if init is None:
-        model = CostModel(cfg.model)
-        install_stats(model, stats)
-    else:
-        model = copy.deepcopy(init)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-    )
+    model, opt = _initial_model(cfg, stats, init)
     rng = np.random.default_rng(cfg.seed)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / LOG_FILE
-    log_path.write_text("")
-    selecting = bool(valid_paths) and cfg.early_stopping
-    if selecting and not any(ex.rankable for ex in valid_store):
-        message = (
-            "no validation graph has 2 or more distinct configs: nothing to "
-            "select on, so early stopping is off (every epoch runs, the last "
-            "is kept)"
-        )
-        warnings.warn(message, stacklevel=2)
-        console.print(f"[yellow]warning:[/] {message}")
-        selecting = False
-    best: tuple[float, int, dict[str, Any], dict[str, float | None]] | None = None
+    log_path = fresh_log(log_dir)
+    valid = valid_store if valid_paths else None  # None: no validation files
+    selecting = _selecting(cfg, valid, console)
+    best: _Best | None = None
     epoch, loss = 0, math.nan
     if init is not None or cfg.epochs == 0:
-        metrics = validate(model, valid_store) if valid_paths else {}
-        score = selection_score(cfg.collection, metrics) if selecting else 0
+        metrics, score = _judge(model, valid, cfg.collection, selecting, 0)
         best = (score, 0, copy.deepcopy(model.state_dict()), metrics)
-        _log_epoch(log_path, console, 0, None, metrics, True, 0.0)
-    with _progress(console) as progress:
+        log_epoch(log_path, console, 0, None, metrics, True, 0.0)
+    with progress_bar(console) as progress:
         task = progress.add_task(
             f"train {cfg.collection}", total=cfg.epochs * scan.steps
         )
@@ -300,27 +252,95 @@ def fit(
             loss = train_epoch(
                 model, opt, epoch_data, cfg, rng, lambda: progress.advance(task)
             )
-            metrics = validate(model, valid_store) if valid_paths else {}
-            score = selection_score(cfg.collection, metrics) if selecting else epoch
+            metrics, score = _judge(model, valid, cfg.collection, selecting, epoch)
             improved = best is None or score > best[0]
             if improved:
                 best = (score, epoch, copy.deepcopy(model.state_dict()), metrics)
-            _log_epoch(
-                log_path,
-                progress.console,
-                epoch,
-                loss,
-                metrics,
-                improved,
-                time.monotonic() - t0,
-            )
+            dt = time.monotonic() - t0
+            log_epoch(log_path, progress.console, epoch, loss, metrics, improved, dt)
             if best is not None and epoch - best[1] >= cfg.patience:
                 progress.console.print(f"early stop: best epoch was {best[1]}")
                 break
     assert best is not None
     model.load_state_dict(best[2])
     model.eval()
-    summary = {
+    summary = _summary(
+        cfg, train_paths, valid_paths, scan, epoch, best[1], selecting, start, loss
+    )
+    return TrainResult(model, summary, best[3])
+
+
+# The selected epoch: (score, epoch, network weights, validation metrics).
+_Best = tuple[float, int, dict[str, Any], dict[str, float | None]]
+
+
+def _check_init(init: CostModel | None, cfg: TrainConfig) -> None:
+    if init is not None and init.cfg != cfg.model:
+        raise ValueError(
+            f"init network is {init.cfg.to_dict()}, the config asks for "
+            f"{cfg.model.to_dict()}"
+        )
+
+
+def _judge(
+    model: CostModel,
+    valid: ExampleStore | None,
+    collection: str,
+    selecting: bool,
+    fallback: int,
+) -> tuple[dict[str, float | None], float]:
+    """Validation metrics and the selection score (``fallback`` when not selecting)."""
+    metrics = validate(model, valid) if valid is not None else {}
+    score = selection_score(collection, metrics) if selecting else fallback
+    return metrics, score
+
+
+def _initial_model(
+    cfg: TrainConfig, stats: FeatureStats, init: CostModel | None
+) -> tuple[CostModel, torch.optim.Optimizer]:
+    """A fresh network with the training set's statistics, or a copy of ``init``;
+    and its optimizer."""
+    if init is not None:
+        model = copy.deepcopy(init)
+    else:
+        model = CostModel(cfg.model)
+        install_stats(model, stats)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    return model, opt
+
+
+def _selecting(cfg: TrainConfig, valid: ExampleStore | None, console: Console) -> bool:
+    """Whether epochs are selected on validation; warns when nothing can be."""
+    if valid is None or not cfg.early_stopping:
+        return False
+    if any(ex.rankable for ex in valid):
+        return True
+    message = (
+        "no validation graph has 2 or more distinct configs: nothing to "
+        "select on, so early stopping is off (every epoch runs, the last "
+        "is kept)"
+    )
+    # stacklevel 3: the warning points at fit's caller
+    warnings.warn(message, stacklevel=3)
+    console.print(f"[yellow]warning:[/] {message}")
+    return False
+
+
+def _summary(
+    cfg: TrainConfig,
+    train_paths: Sequence[Path],
+    valid_paths: Sequence[Path],
+    scan: _Scan,
+    epoch: int,
+    best_epoch: int,
+    selecting: bool,
+    start: float,
+    loss: float,
+) -> dict[str, Any]:
+    """The training summary the manifest records."""
+    return {
         "collection": cfg.collection,
         "data_files": [str(p) for p in train_paths],
         "valid_files": [str(p) for p in valid_paths],
@@ -330,7 +350,7 @@ def fit(
         "configs_after_dedup": scan.configs_dedup,
         "dedup_runtime": "mean",
         "epochs_run": epoch,
-        "best_epoch": best[1],
+        "best_epoch": best_epoch,
         "epoch_selected_on_validation": selecting,
         "seed": cfg.seed,
         "seconds": round(time.monotonic() - start, 2),
@@ -341,43 +361,6 @@ def fit(
         "train_config": {k: v for k, v in asdict(cfg).items() if k != "model"},
         "model_config": cfg.model.to_dict(),
     }
-    return TrainResult(model, summary, best[3])
-
-
-def _log_epoch(
-    log_path: Path,
-    console: Console,
-    epoch: int,
-    loss: float | None,
-    metrics: dict[str, float | None],
-    improved: bool,
-    seconds: float,
-) -> None:
-    """One JSON line in ``train_log.jsonl`` and one console line (epoch 0: the start)."""
-    line = {
-        "epoch": epoch,
-        "loss": loss,
-        "valid": metrics,
-        "best": improved,
-        "seconds": round(seconds, 3),
-    }
-    with log_path.open("a") as f:
-        f.write(json.dumps(line) + "\n")
-    shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if v is not None)
-    star = " *" if improved else ""
-    head = "start    " if loss is None else f"loss={loss:.4f}"
-    console.print(f"epoch {epoch:3d} {head} {shown}{star}")
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
 
 
 def main() -> None:

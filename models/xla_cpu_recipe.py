@@ -37,35 +37,39 @@ gives the same numbers.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-import numpy.typing as npt
 import typer
 from rich.console import Console
 
 from xla_costmodel import paths
 from xla_costmodel.models.evaluate import nan_to_none
+from xla_costmodel.models.xla_cpu_cv import Fold, cross_validate
+from xla_costmodel.models.xla_cpu_programs import (
+    F32,
+    F64,
+    Program,
+    compilers,
+    families,
+    fixed_runtime,
+    load_programs,
+    targets_of,
+    write_seeds,
+)
 from xla_costmodel.paths import existing
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.collections import XLA_CPU
-from xla_costmodel.tpugraphs.labels import normalised_medians
 from xla_costmodel.tpugraphs.metrics import mean_metrics
-from xla_costmodel.tpugraphs.reader import load_npz
 
 if TYPE_CHECKING:
     from xla_costmodel.models.train import TrainConfig
 
-F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
 # The recipe (chosen with this same CV from a small grid, so its numbers lean
 # slightly optimistic): a small net, a few epochs over ~100 configs per program.
 EPOCHS = 8
@@ -73,111 +77,6 @@ HIDDEN = 32
 LAYERS = 2
 METHOD = "leave-families-out"
 SEEDS_FILE = "knowledge.npz"
-KINDS = ("family", "target")  # what cross-validation leaves out
-
-
-@dataclass(frozen=True)
-class Program:
-    """One collected program: its configs and runtimes, and what its sidecar says."""
-
-    name: str
-    family: str
-    path: Path
-    configs: F32  # [C, xla_cpu.WIDTH], row 0 the default
-    runtimes: F64  # [C] ns: median over rounds, each round normalised by its speed
-    noise: float  # how far the default's separately compiled copies disagreed
-    round_min: I64 | None  # [C, R] per-round minima (single measurements), if kept
-    target: str = ""  # the CPU it was measured on (``sidecar_target``)
-
-    @property
-    def key(self) -> str:
-        """Unique across targets: one program may be measured on several CPUs."""
-        return f"{self.target}/{self.name}"
-
-    def targets(self) -> F64:
-        return np.asarray(self.runtimes / self.runtimes[0], np.float64)
-
-    def row_index(self, row: F32) -> int | None:
-        """Where this program measured ``row`` (None: it did not, e.g. a failed compile)."""
-        hits = np.flatnonzero((self.configs == row).all(1))
-        return int(hits[0]) if hits.size else None
-
-
-def load_programs(data: Path) -> list[Program]:
-    """Every measured program of ``data``: of each target folder in it (by target,
-    then name), or of ``data`` itself when it holds sidecars."""
-    folders = [
-        d for d in sorted(data.iterdir()) if d.is_dir() and any(d.glob("*.json"))
-    ]
-    if any(data.glob("*.json")) or not folders:
-        return _load_folder(data)
-    return [p for d in folders for p in _load_folder(d)]
-
-
-def targets_of(programs: Sequence[Program]) -> list[str]:
-    return sorted({p.target for p in programs})
-
-
-def _load_folder(data: Path) -> list[Program]:
-    """The programs of one target's folder (sidecar status ok and an npz), by name."""
-    out = []
-    target = sidecar_target(data) if any(data.glob("*.json")) else ""
-    for side_path in sorted(data.glob("*.json")):
-        side = json.loads(side_path.read_text())
-        npz = side_path.with_suffix(".npz")
-        if not isinstance(side, dict) or side.get("status") != "ok" or not npz.exists():
-            continue
-        sample = load_npz(npz, XLA_CPU.name)
-        if not np.array_equal(sample.configs[0], xla_cpu.default_row()):
-            raise ValueError(f"{npz}: row 0 is not the default config")
-        rounds = side.get("round_min_ns")
-        round_min = np.asarray(rounds, np.int64) if rounds is not None else None
-        if round_min is not None and round_min.shape[0] != sample.num_configs:
-            round_min = None  # not the npz's rows: do not guess
-        runtimes = sample.runtimes.astype(np.float64)
-        if round_min is not None and round_min.shape[1] >= 3:
-            # Every target the same way, whichever collector version wrote it.
-            runtimes = normalised_medians(round_min).astype(np.float64)
-        out.append(
-            Program(
-                side["name"],
-                side["family"],
-                npz,
-                sample.configs,
-                runtimes,
-                float(side["noise"]),
-                round_min,
-                target,
-            )
-        )
-    return out
-
-
-def families(programs: Sequence[Program]) -> list[str]:
-    return sorted({p.family for p in programs})
-
-
-def fixed_row(train: Sequence[Program]) -> tuple[F32, float]:
-    """The row with the lowest geometric-mean runtime/default over ``train`` (rows
-    every one of them measured, matched by content; ties: the first program's
-    order) and that geometric mean."""
-    keys = [{row.tobytes(): i for i, row in enumerate(p.configs)} for p in train]
-    common = [k for k in keys[0] if all(k in other for other in keys[1:])]
-    logs = [
-        np.mean(
-            [np.log(p.targets()[idx[k]]) for p, idx in zip(train, keys, strict=True)]
-        )
-        for k in common
-    ]
-    best = int(np.argmin(logs))
-    row = train[0].configs[keys[0][common[best]]]
-    return row.copy(), float(np.exp(logs[best]))
-
-
-def fixed_runtime(program: Program, row: F32) -> float:
-    """The program's runtime under ``row``; the default's where it has no such row."""
-    idx = program.row_index(row)
-    return float(program.runtimes[0 if idx is None else idx])
 
 
 def recipe_config(seed: int = 0, epochs: int = EPOCHS) -> TrainConfig:
@@ -196,105 +95,6 @@ def recipe_config(seed: int = 0, epochs: int = EPOCHS) -> TrainConfig:
         early_stopping=False,
         model=model,
     )
-
-
-@dataclass
-class Fold:
-    """One held-out family (or target): the fixed row chosen on the training
-    programs, and the fold model's scores of each held-out program's configs (lower
-    = predicted faster), keyed by ``Program.key``."""
-
-    family: str  # the held-out family, or target for kind "target"
-    train: list[str]  # program keys
-    fixed_row: list[float]
-    fixed_train_geomean: float
-    scores: dict[str, list[float]]
-    seconds: float
-    kind: str = "family"
-
-
-def fingerprint(programs: Sequence[Program], cfg: TrainConfig) -> str:
-    """Changes with any npz's bytes, any program's family, or the recipe."""
-    h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True, default=str).encode())
-    for p in programs:
-        h.update(f"{p.key}:{p.family}:".encode())
-        h.update(hashlib.sha256(p.path.read_bytes()).digest())
-    return h.hexdigest()
-
-
-def run_folds(
-    programs: Sequence[Program],
-    cfg: TrainConfig,
-    runs: Path,
-    console: Console,
-    kinds: Sequence[str] = KINDS,
-) -> list[Fold]:
-    """Train one model per family on the other families; score the held-out ones.
-    Each fold's checkpoint goes to ``runs/<family>/`` (to serve it later)."""
-    from xla_costmodel.models.checkpoint import save_checkpoint
-    from xla_costmodel.models.train import fit, score_all
-
-    # (kind, held-out value, the Program attribute it is compared with)
-    splits: list[tuple[str, str, str]] = []
-    if "family" in kinds:
-        splits += [("family", f, "family") for f in families(programs)]
-    if "target" in kinds and len(targets_of(programs)) > 1:
-        splits += [("target", t, "target") for t in targets_of(programs)]
-    folds = []
-    for kind, held, attr in splits:
-        start = time.monotonic()
-        train = [p for p in programs if getattr(p, attr) != held]
-        test = [p for p in programs if getattr(p, attr) == held]
-        console.print(f"fold {kind} {held}: train {len(train)}, test {len(test)}")
-        result = fit([p.path for p in train], [], cfg, runs / kind / held, console)
-        save_checkpoint(result, runs / kind / held)
-        scores = {
-            p.key: score_all(result.model, load_npz(p.path).graph, p.configs).tolist()
-            for p in test
-        }
-        row, geomean = fixed_row(train)
-        folds.append(
-            Fold(
-                held,
-                [p.key for p in train],
-                row.tolist(),
-                geomean,
-                scores,
-                round(time.monotonic() - start, 1),
-                kind,
-            )
-        )
-    return folds
-
-
-def cross_validate(
-    programs: Sequence[Program],
-    cfg: TrainConfig,
-    runs: Path,
-    console: Console | None = None,
-    reuse: bool = True,
-    kinds: Sequence[str] = KINDS,
-) -> list[Fold]:
-    """``run_folds`` of each kind, or its cached result when the data and the recipe
-    are unchanged (one cache file per kind: the kinds can run in parallel)."""
-    console = console or Console(stderr=True, quiet=True)
-    key = fingerprint(programs, cfg)
-    folds: list[Fold] = []
-    for kind in kinds:
-        cache = runs / f"cv-{kind}.json"
-        if reuse and cache.exists():
-            cached = json.loads(cache.read_text())
-            if cached.get("fingerprint") == key:
-                console.print(f"cross-validation ({kind}): cached in {cache}")
-                folds += [Fold(**f) for f in cached["folds"]]
-                continue
-        fresh = run_folds(programs, cfg, runs, console, (kind,))
-        runs.mkdir(parents=True, exist_ok=True)
-        cache.write_text(
-            json.dumps({"fingerprint": key, "folds": [asdict(f) for f in fresh]})
-        )
-        folds += fresh
-    return folds
 
 
 def program_row(program: Program, scores: F64, row: F32) -> dict[str, Any]:
@@ -385,34 +185,6 @@ def cv_report(
     )
 
 
-def sidecar_target(data: Path) -> str:
-    """The service ``target`` of the CPU the sidecars were measured on
-    (``machine.target`` of their cpuinfo fields; all programs must agree)."""
-    names = set()
-    for side_path in sorted(data.glob("*.json")):
-        side = json.loads(side_path.read_text())
-        if isinstance(side, dict) and side.get("status") == "ok":
-            m = side["machine"]
-            model = m.get("cpu_model", "")
-            vendor = (
-                "AuthenticAMD"
-                if "AMD" in model
-                else "GenuineIntel"
-                if "Intel" in model
-                else "unknown"
-            )
-            info = {
-                "vendor_id": vendor,
-                "cpu family": str(m.get("cpu_family")),
-                "model": str(m.get("cpu_model_id")),
-                "flags": " ".join(m["isa_flags"]),
-            }
-            names.add(machine.target(info))
-    if len(names) != 1:
-        raise ValueError(f"the sidecars name {len(names)} CPU targets: {sorted(names)}")
-    return names.pop()
-
-
 def format_cv(report: dict[str, Any]) -> str:
     """Per family and overall: model / default / random / fixed, top-1 and top-5."""
     keys = ("top1_slowdown", "top5_slowdown")
@@ -490,39 +262,6 @@ def build(
     }
     write_manifest(out, manifest.model_copy(update=update))
     return report
-
-
-def compilers(programs: Sequence[Program]) -> dict[str, str]:
-    """Per target, the jaxlib its programs were collected with (their sidecars'
-    ``versions``; several: all of them, sorted; none recorded: left out)."""
-    found: dict[str, set[str]] = {}
-    for p in programs:
-        sidecar = p.path.with_suffix(".json")
-        side = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
-        versions = side.get("versions", {})
-        if "jaxlib" in versions:
-            found.setdefault(p.target, set()).add(f"jaxlib {versions['jaxlib']}")
-    return {t: " / ".join(sorted(v)) for t, v in sorted(found.items())}
-
-
-def write_seeds(programs: Sequence[Program], path: Path) -> Path:
-    """Every program's relative runtimes per target: the seeds of target knowledge."""
-    from xla_costmodel.tpugraphs import knowledge
-
-    seeds: dict[str, list[knowledge.ProgramRecord]] = {}
-    for p in programs:
-        graph = load_npz(p.path, XLA_CPU.name).graph
-        rec = knowledge.record(
-            p.name,
-            knowledge.summarize(graph.node_opcode),
-            p.configs,
-            p.runtimes,
-            p.configs[0],
-        )
-        if rec is not None:
-            seeds.setdefault(p.target, []).append(rec)
-    knowledge.save_seeds(path, seeds)
-    return path
 
 
 def run(

@@ -136,12 +136,7 @@ class Settings(BaseSettings):
         "unset: a SQLite file in data_dir",
     )
     data_dir: Path = Path("data")
-    # Per-graph adaptation: from this many distinct measured configs of a graph (on
-    # the request's target) on, rank scores combine the model with a per-graph fit.
-    adapt_min_measurements: int = Field(default=4, ge=1)
-    adapt_max_measurements: int = Field(
-        default=4000, ge=1, description="newest measurements a per-graph fit uses"
-    )
+    # Per-graph adaptation (its constants: service/core/adaptation.py).
     adapt_cache_entries: int = Field(
         default=1024, ge=0, description="fitted per-graph models kept per process"
     )
@@ -158,12 +153,6 @@ class Settings(BaseSettings):
         description="while measurement generations cannot be notified (no Redis with "
         "several processes, or Redis down), a cached one is trusted this long: the "
         "staleness bound of adaptation then (service/core/generations.py)",
-    )
-    knowledge_max_rows: int = Field(
-        default=200_000,
-        ge=1,
-        description="newest measurements of each writer on a target its knowledge is "
-        "fitted on",
     )
     recent_rankings_bytes: int = Field(
         default=64 * MiB,

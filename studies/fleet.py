@@ -49,6 +49,7 @@ import typer
 from rich.console import Console
 
 from xla_costmodel import paths
+from xla_costmodel.models import xla_cpu_cv, xla_cpu_programs
 from xla_costmodel.models import xla_cpu_recipe as recipe
 from xla_costmodel.studies import fleet_report as report
 from xla_costmodel.studies.fleet_noise import PairNoise
@@ -86,10 +87,12 @@ def fixed_row(history: Sequence[SimProgram]) -> F32 | None:
     if not history:
         return None
     progs = [
-        recipe.Program(p.name, p.family, Path(), p.configs, p.runtimes, 0.0, None)
+        xla_cpu_programs.Program(
+            p.name, p.family, Path(), p.configs, p.runtimes, 0.0, None
+        )
         for p in history
     ]
-    return recipe.fixed_row(progs)[0]
+    return xla_cpu_programs.fixed_row(progs)[0]
 
 
 def true_speedup(program: SimProgram, row: int) -> float:
@@ -298,8 +301,8 @@ def priors(data: Path, runs: Path, console: Console) -> dict[str, dict[str, F32]
     """Each program's prior: the scores of the recipe's model trained leaving its
     whole target out (``xla_cpu_recipe``'s target folds, from the cross-validation
     ``make train-xla-cpu`` ran and cached in ``runs``, or run now)."""
-    programs = recipe.load_programs(data)
-    folds = recipe.cross_validate(
+    programs = xla_cpu_programs.load_programs(data)
+    folds = xla_cpu_cv.cross_validate(
         programs, recipe.recipe_config(), runs, console, kinds=("target",)
     )
     out: dict[str, dict[str, F32]] = {}

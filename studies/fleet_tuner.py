@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.clients.xla import decide, policy
-from xla_costmodel.models import xla_cpu_recipe as recipe
+from xla_costmodel.models import xla_cpu_programs
 from xla_costmodel.studies.fleet_noise import PairNoise, sidecar_residuals
 from xla_costmodel.tpugraphs.blend import Measured, blend
 from xla_costmodel.tpugraphs.collections import XLA_CPU
@@ -49,7 +49,7 @@ class SimProgram:
 
 def load_target(folder: Path) -> list[SimProgram]:
     out = []
-    for p in recipe.load_programs(folder):
+    for p in xla_cpu_programs.load_programs(folder):
         if p.round_min is None:
             continue
         graph = load_npz(p.path, XLA_CPU.name).graph

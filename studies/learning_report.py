@@ -144,9 +144,14 @@ def summary(result: dict[str, Any]) -> str:
         )
     out += ["", "unet replay curve:"]
     out += curve_table(layout["curve"]["per_round"], False, True, ".2e")
+    out += ["", *_timing_lines(t), "", f"plot: {result['plot']}"]
+    return "\n".join(out)
+
+
+def _timing_lines(t: dict[str, Any]) -> list[str]:
+    """The cost of learning: fit, rank and feedback latencies against their goals."""
     fit, rank, fb = t["fit"], t["rank"], t["feedback"]
-    out += [
-        "",
+    return [
         "timings (p50 / p90 ms):",
         f"  adapt.fit, {fit['measurements']} configs: "
         f"{fit['default_blas_threads']['p50_ms']:.2f} / "
@@ -163,7 +168,4 @@ def summary(result: dict[str, Any]) -> str:
         f"  feedback {fb['rows_per_request']} rows, sqlite: "
         f"{fb['sqlite']['p50_ms']:.2f} / {fb['sqlite']['p90_ms']:.2f}; postgresql: "
         f"{fb['postgresql']['p50_ms']:.2f} / {fb['postgresql']['p90_ms']:.2f}",
-        "",
-        f"plot: {result['plot']}",
     ]
-    return "\n".join(out)

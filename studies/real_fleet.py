@@ -46,7 +46,7 @@ from xla_costmodel.clients.xla import probe
 from xla_costmodel.clients.xla.measure import TimingProtocol, measure
 from xla_costmodel.clients.xla.programs import load_program, short
 from xla_costmodel.harness import ServiceServer
-from xla_costmodel.models import xla_cpu_recipe as recipe
+from xla_costmodel.models import xla_cpu_programs
 from xla_costmodel.studies.fleet_report import geomean
 from xla_costmodel.tpugraphs import machine, xla_cpu
 
@@ -79,7 +79,7 @@ def fixed_options(target: str) -> dict[str, Any]:
     folder = paths.XLA_CPU_DATA / target
     if not folder.is_dir():
         return {}
-    row, _ = recipe.fixed_row(recipe.load_programs(folder))
+    row, _ = xla_cpu_programs.fixed_row(xla_cpu_programs.load_programs(folder))
     return xla_cpu.to_options(row)
 
 

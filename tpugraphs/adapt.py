@@ -40,7 +40,7 @@ n=100 .372/.083. Rejected: GCV-chosen ridge (equal on layout, tile tau .762 at
 n=50), prior as a plain feature (tile tau .753 at n=2), Hamming-RBF kernel ridge
 (layout tau .121 vs .161 at n=10; O(n^3), seconds at 2,000 configs), log target
 (layout .218 vs .487 at n=100). Adaptation is no worse than the prior from 4
-distinct measurements (``COSTMODEL_ADAPT_MIN_MEASUREMENTS`` = 4): tau and best
+distinct measurements (``blend.MIN_MEASUREMENTS`` = 4): tau and best
 found after 1 and 5 more measurements; only the top-1 pick among layout configs
 stays better with the prior until n = 50 (differences below 0.2%).
 

@@ -49,7 +49,10 @@ I64 = npt.NDArray[np.int64]
 FOREIGN_WEIGHT = 0.25  # an artifact trained on other targets only
 KNOWLEDGE_SCALE = 0.05  # log runtime worth one standard deviation of the prior
 KNOWLEDGE_PROGRAMS = 2.0  # effective programs at which knowledge and prior weigh alike
-MIN_MEASUREMENTS = 4  # the service's COSTMODEL_ADAPT_MIN_MEASUREMENTS default
+# Distinct measured configs of a graph from which its own fit shapes the ranking:
+# the smallest n from which adaptation beat the prior at every larger n in the
+# study of studies/README.md ("Minimum measurements"); the service uses it too.
+MIN_MEASUREMENTS = 4
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ def compose(
     return Blended(scores.astype(np.float32), order, shaping)
 
 
-def blend(
+def blend(  # noqa: PLR0913 -- combine, fit and compose: the union of their inputs
     configs: npt.ArrayLike,
     prior: F32 | None,
     knowledge: Knowledge | None,

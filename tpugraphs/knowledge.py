@@ -34,6 +34,9 @@ fleet simulation's programs) votes alone and is never evicted. A program measure
 under another compiler than the graph's counts at ``FOREIGN_TRUST``, like one of
 another target, and those together never outweigh the compiler's own.
 
+A program's record (``ProgramRecord``, ``record``, ``summarize``, ``foreign``, the
+seeds' file) has its own module, ``program_record.py``, re-exported here.
+
 Deterministic, numpy only; the service refits it off the request path and the fleet
 simulation (``costmodel simulate``) runs the same code. The constants were chosen by
 that simulation's leave-families-out runs (studies/README.md).
@@ -41,23 +44,30 @@ that simulation's leave-families-out runs (studies/README.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-F64 = npt.NDArray[np.float64]
-F32 = npt.NDArray[np.float32]
-I64 = npt.NDArray[np.int64]
+from xla_costmodel.tpugraphs.program_record import (
+    F32,
+    F64,
+    FOREIGN_TRUST,
+    I64,
+    OPCODES,
+    ProgramRecord,
+    foreign,
+    load_seeds,
+    record,
+    save_seeds,
+    summarize,
+)
 
-OPCODES = 256  # node_opcode is uint8
 SIM_TEMPERATURE = 0.05  # cosine-similarity units per e-fold of weight
 FIT_SCALE = 0.25  # log-runtime RMS error per e-fold of weight (squared, halved)
 UNMEASURED = 0.5  # how much a program's ridge guess counts against its measurements
 RIDGE = 1.0  # per-option penalty of a program's additive model (log-runtime units)
-FOREIGN_TRUST = 0.3  # a program measured on another target, against one of this target
 MIN_GAIN = 0.01  # weighted log speedup below which coverage gives way to exploration
 SPREAD = 3  # options two exploration picks differ in, at least (then relaxed)
 MAX_PROGRAMS = 2000  # newest writers' programs kept per target (memory and time)
@@ -69,77 +79,6 @@ MAX_WRITER_PROGRAMS = 200
 # shipped datasets' widest is 12x, and a claimed 1000x speedup moves a weighted mean
 # no further than a real 16x one.
 MAX_EFFECT = float(np.log(16.0))
-
-
-def summarize(node_opcode: npt.ArrayLike) -> F64:
-    """A graph's HLO summary: its opcode histogram, square-rooted and unit-norm, so
-    the dot product of two summaries is their cosine similarity (1 = same mix)."""
-    ops = np.asarray(node_opcode).astype(np.int64).ravel()
-    hist = np.bincount(np.clip(ops, 0, OPCODES - 1), minlength=OPCODES)
-    root = np.sqrt(hist.astype(np.float64))
-    norm = float(np.linalg.norm(root))
-    return root / norm if norm > 0 else root
-
-
-@dataclass(frozen=True)
-class ProgramRecord:
-    """One program measured on a target: distinct configs and their log runtime
-    relative to the program's default (0 for the default itself)."""
-
-    name: str  # a graph id, or a dataset program's name
-    summary: F64  # [OPCODES]
-    configs: F32  # [n, W] distinct
-    rel: F64  # [n]
-    measurements: int  # rows behind them (repeats included)
-    # How much a program of this record's kind counts: 1 for the target's own, less
-    # for one measured on another target (``FOREIGN_TRUST``: CPUs disagree).
-    trust: float = 1.0
-    # Who vouches for it: a writer's programs share one vote (module docstring);
-    # None: a vote of its own (seeds, simulated programs), never evicted.
-    voter: str | None = None
-    compiler: str | None = None  # what it was measured under; None: unknown
-
-
-def record(
-    name: str,
-    summary: F64,
-    configs: npt.ArrayLike,
-    runtimes_ns: npt.ArrayLike,
-    default_row: npt.ArrayLike,
-    trust: float = 1.0,
-    writers: Sequence[str | None] | None = None,
-    *,
-    voter: str | None = None,
-    compiler: str | None = None,
-) -> ProgramRecord | None:
-    """Merge repeats (median log runtime per distinct config) and express each config
-    relative to the default; None when the default was never measured (nothing to be
-    relative to) or nothing else was. With ``writers`` (one per row), a config's value
-    is the median over writers of each writer's median: one writer's flood of rows
-    is one vote, like any other writer's. ``voter``, ``compiler``: the record's."""
-    flat = np.asarray(configs, np.float32)
-    flat = flat.reshape(flat.shape[0], -1)
-    rt = np.asarray(runtimes_ns, np.float64)
-    if flat.shape[0] == 0 or flat.shape[0] != rt.shape[0] or (rt <= 0).any():
-        return None
-    uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    logs = np.log(rt)
-    who = None if writers is None else np.asarray([w or "" for w in writers])
-    med = np.array(
-        [
-            _vote(logs[inverse == g], None if who is None else who[inverse == g])
-            for g in range(len(uniq))
-        ]
-    )
-    default = np.asarray(default_row, np.float32).ravel()
-    hit = np.flatnonzero((uniq == default).all(1))
-    if hit.size == 0 or len(uniq) < 2:
-        return None
-    rel = med - med[hit[0]]
-    return ProgramRecord(
-        name, summary, uniq, rel, int(rt.shape[0]), trust, voter, compiler
-    )
 
 
 @dataclass(frozen=True)
@@ -410,12 +349,6 @@ def _lse(logw: F64) -> float:
     return top + float(np.log(np.exp(finite - top).sum()))
 
 
-def _vote(logs: F64, writers: npt.NDArray[np.str_] | None) -> float:
-    if writers is None:
-        return float(np.median(logs))
-    return float(np.median([np.median(logs[writers == w]) for w in np.unique(writers)]))
-
-
 def _argbest(primary: F64, tiebreak: F64, free: npt.NDArray[np.bool_]) -> int:
     """The free index with the highest ``primary``; ties: lowest ``tiebreak``, then
     lowest index."""
@@ -437,55 +370,24 @@ def _additive(configs: F32, rel: F64, default: F32) -> F64:
     return np.asarray(np.linalg.solve(gram, x.T @ rel), np.float64)
 
 
-def foreign(records: Sequence[ProgramRecord], target: str) -> list[ProgramRecord]:
-    """Another target's records as this one sees them: at ``FOREIGN_TRUST``, named
-    ``target/name`` (a program may be measured on both)."""
-    return [
-        replace(r, name=f"{target}/{r.name}", trust=r.trust * FOREIGN_TRUST)
-        for r in records
-    ]
-
-
-def save_seeds(path: str | Path, seeds: Mapping[str, Sequence[ProgramRecord]]) -> None:
-    """Write per-target records as one npz (no pickles): an artifact's seeds."""
-    recs = [(t, r) for t, rs in sorted(seeds.items()) for r in rs]
-    width = recs[0][1].configs.shape[1] if recs else 0
-    arrays = {
-        "target": np.array([t for t, _ in recs], dtype=str),
-        "name": np.array([r.name for _, r in recs], dtype=str),
-        "summary": np.stack([r.summary for _, r in recs])
-        if recs
-        else np.zeros((0, OPCODES)),
-        "measurements": np.array([r.measurements for _, r in recs], np.int64),
-        "trust": np.array([r.trust for _, r in recs], np.float64),
-        "rows": np.array([len(r.rel) for _, r in recs], np.int64),
-        "configs": np.concatenate([r.configs for _, r in recs])
-        if recs
-        else np.zeros((0, width), np.float32),
-        "rel": np.concatenate([r.rel for _, r in recs]) if recs else np.zeros(0),
-    }
-    with open(path, "wb") as f:
-        # numpy's stub types **kwds as its allow_pickle flag
-        np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
-
-
-def load_seeds(path: str | Path) -> dict[str, list[ProgramRecord]]:
-    """``save_seeds``' file back: target -> records."""
-    with np.load(path, allow_pickle=False) as z:
-        a = {k: z[k] for k in z.files}
-    out: dict[str, list[ProgramRecord]] = {}
-    ends = np.cumsum(a["rows"])
-    starts = ends - a["rows"]
-    for i, target in enumerate(a["target"].tolist()):
-        span = slice(int(starts[i]), int(ends[i]))
-        out.setdefault(str(target), []).append(
-            ProgramRecord(
-                str(a["name"][i]),
-                a["summary"][i].astype(np.float64),
-                a["configs"][span].astype(np.float32),
-                a["rel"][span].astype(np.float64),
-                int(a["measurements"][i]),
-                float(a["trust"][i]),
-            )
-        )
-    return out
+__all__ = [
+    "FIT_SCALE",
+    "FOREIGN_TRUST",
+    "MAX_EFFECT",
+    "MAX_PROGRAMS",
+    "MAX_WRITER_PROGRAMS",
+    "MIN_GAIN",
+    "OPCODES",
+    "RIDGE",
+    "SIM_TEMPERATURE",
+    "SPREAD",
+    "UNMEASURED",
+    "Knowledge",
+    "ProgramRecord",
+    "foreign",
+    "load_seeds",
+    "record",
+    "save_seeds",
+    "spread",
+    "summarize",
+]

@@ -7,9 +7,12 @@ Registered by ``costmodel/cli.py`` under the ``dataset`` group. The database lay
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 OUT_HELP = "Directory to write <collection>/<target>/<graph_id>.npz into."
 URL_HELP = (
@@ -46,7 +49,6 @@ def export(
 
     Each config's runtime is the median over writers of each writer's median."""
     from rich.console import Console
-    from rich.table import Table
 
     from xla_costmodel.service.command_store import open_store
     from xla_costmodel.service.store.export import ExportedFile, export_dataset
@@ -68,6 +70,16 @@ def export(
                     f"[yellow]skipped[/] {item.collection}/{item.target}/"
                     f"{item.graph_id}: {item.reason}"
                 )
+    if not totals:
+        console.print("no measurements to export")
+    else:
+        Console().print(_table(out, totals))
+
+
+def _table(out: Path, totals: dict[tuple[str, str], list[int]]) -> Table:
+    """Files, configs and measurements exported per (collection, target)."""
+    from rich.table import Table
+
     table = Table(title=f"exported to {out}")
     for column in ("collection", "target", "files", "configs", "measurements"):
         table.add_column(
@@ -75,7 +87,4 @@ def export(
         )
     for (coll, tgt), (files, configs, rows) in sorted(totals.items()):
         table.add_row(coll, tgt, str(files), str(configs), str(rows))
-    if not totals:
-        console.print("no measurements to export")
-    else:
-        Console().print(table)
+    return table

@@ -8,7 +8,7 @@ answer's keys as they are. Nothing decided: exit 1. jax is imported when it runs
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import prepare_graph
 from xla_costmodel.clients.xla.programs import load_program, short
 from xla_costmodel.tpugraphs import machine
+
+if TYPE_CHECKING:
+    from xla_costmodel.clients import BestKnown
 
 
 def best(
@@ -50,11 +53,26 @@ def best(
     graph = prepare_graph(Hlo(text, configurable=None))
     target = target or machine.target()
     compiler = compiler or machine.compiler()
+    known = _ask(server, model, graph.graph_id, target, compiler, min_writers)
+    if known is None:
+        _nothing_decided(graph.graph_id, target, json_)
+    _show(known, compiler, json_)
+
+
+def _ask(
+    server: str,
+    model: str,
+    graph_id: str,
+    target: str,
+    compiler: str | None,
+    min_writers: int,
+) -> BestKnown | None:
+    """``GET /v1/best``; exit 2 when the service does not answer."""
     try:
         with CostModelClient(server) as client:
-            known = client.best(
+            return client.best(
                 model,
-                graph_id=graph.graph_id,
+                graph_id=graph_id,
                 target=target,
                 compiler=compiler,
                 min_writers=min_writers,
@@ -62,22 +80,29 @@ def best(
     except CostModelError as exc:
         Console(stderr=True).print(f"[red]the service did not answer: {exc}[/red]")
         raise typer.Exit(2) from None
-    if known is None:
-        if json_:
-            typer.echo(
-                json.dumps(
-                    {
-                        "error": {
-                            "code": "no_decision",
-                            "graph_id": graph.graph_id,
-                            "target": target,
-                        }
+
+
+def _nothing_decided(graph_id: str, target: str, json_: bool) -> NoReturn:
+    """Say that the fleet decided nothing for the program; exit 1."""
+    if json_:
+        typer.echo(
+            json.dumps(
+                {
+                    "error": {
+                        "code": "no_decision",
+                        "graph_id": graph_id,
+                        "target": target,
                     }
-                )
+                }
             )
-        else:
-            typer.echo(f"nothing decided for {graph.graph_id[:12]} on {target}")
-        raise typer.Exit(1)
+        )
+    else:
+        typer.echo(f"nothing decided for {graph_id[:12]} on {target}")
+    raise typer.Exit(1)
+
+
+def _show(known: BestKnown, compiler: str | None, json_: bool) -> None:
+    """The decision: its JSON keys, or four lines for a person."""
     body: dict[str, Any] = {
         "graph_id": known.graph_id,
         "target": known.target,

@@ -31,7 +31,7 @@ class StrategyName(StrEnum):
 
 
 # Over 60 lines for its typer options only (one parameter per flag): the work is _work's.
-def tune(
+def tune(  # noqa: PLR0913 -- typer: one parameter per command-line option
     ctx: typer.Context,
     program: str = typer.Argument(
         ..., metavar="FILE.py:NAME", help="NAME() in FILE.py returns (fn, args)."

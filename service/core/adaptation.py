@@ -36,6 +36,7 @@ from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.shares import Shared, fit_by_writer
 from xla_costmodel.service.store import StoreError
+from xla_costmodel.tpugraphs import blend
 from xla_costmodel.tpugraphs.adapt import Adapter
 from xla_costmodel.tpugraphs.blend import distinct_configs
 
@@ -43,6 +44,11 @@ log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 Key = tuple[str, str, str, str]  # model, version, target, graph_id
+# The newest measurements of a graph a fit reads, per writer (``shares.py``): a bound
+# on one fit's read and time rather than a tuned value (the study stopped at n = 100;
+# a fit of 2,000 configs takes ~9 ms, tpugraphs/adapt.py); per writer, so one
+# writer's flood cannot push the others' rows out (docs/security.md).
+MAX_MEASUREMENTS = 4000
 
 
 class AdaptEvents(Protocol):
@@ -87,15 +93,14 @@ class Adaptation:
         db: Database,
         generations: Generations,
         events: AdaptEvents,
-        min_measurements: int,
-        max_measurements: int,
         cache_entries: int = 1024,
     ) -> None:
         self.db = db
         self.generations = generations
         self.events = events
-        self.min_measurements = min_measurements
-        self.max_measurements = max_measurements
+        # Read when built (tests patch the module constants).
+        self.min_measurements = blend.MIN_MEASUREMENTS
+        self.max_measurements = MAX_MEASUREMENTS
         self._rows: LRU[Key, Observed] = LRU(cache_entries)
         self._fits: LRU[Key, _Fit] = LRU(cache_entries)  # from worker threads too
 

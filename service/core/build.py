@@ -135,14 +135,12 @@ def build_core(
         alone=alone,
         seal=None if redis is None else redis.seal,
     )
-    knowledge = TargetKnowledge(
-        db, generations, metrics.knowledge, settings.knowledge_max_rows
-    )
     pool = InferencePool(
         metrics.stages, settings.inference_workers, settings.score_chunk_rows
     )
     limits = _limits(settings)
-    cache, graphs = _graphs(settings, metrics, redis, db, limits, knowledge, pool)
+    cache, graphs = _graphs(settings, metrics, redis, db, limits, pool)
+    knowledge = TargetKnowledge(db, generations, metrics.knowledge, graphs)
     recent = _recent(settings, metrics, redis)
     adaptation = _adaptation(settings, metrics, db, generations)
     shaper = Shaper(adaptation, knowledge, pool, metrics.shaping)
@@ -184,7 +182,6 @@ def _graphs(
     redis: RedisStore | None,
     db: Database,
     limits: Limits,
-    knowledge: TargetKnowledge,
     pool: InferencePool,
 ) -> tuple[EmbeddingCache, Graphs]:
     """The embedding cache, and the graphs (archived, described, embedded) over it."""
@@ -193,7 +190,7 @@ def _graphs(
     cache = EmbeddingCache(memory, redis, metrics.cache)
     archive = GraphArchive(db, metrics.cache, redis)
     records = GraphMetaStore(redis, metrics.cache)
-    graphs = Graphs(limits, cache, records, archive, knowledge, pool)
+    graphs = Graphs(limits, cache, records, archive, pool)
     return cache, graphs
 
 
@@ -212,14 +209,7 @@ def _recent(
 def _adaptation(
     settings: Settings, metrics: CoreMetrics, db: Database, generations: Generations
 ) -> Adaptation:
-    return Adaptation(
-        db,
-        generations,
-        metrics.adaptation,
-        settings.adapt_min_measurements,
-        settings.adapt_max_measurements,
-        settings.adapt_cache_entries,
-    )
+    return Adaptation(db, generations, metrics.adaptation, settings.adapt_cache_entries)
 
 
 def _quota(settings: Settings) -> Quota | None:

@@ -92,6 +92,20 @@ class FeedbackRequest:
         return replace(self, idempotency_key=key, request_hash=request_hash)
 
 
+def _check_choice(req: FeedbackRequest) -> None:
+    """Exactly one of ``configs`` and ``config_indices``; ``ranking_id`` with the
+    indices (what they index), and only with them."""
+    if (req.configs is None) == (req.config_indices is None):
+        raise InvalidRequest("give exactly one of configs or config_indices", "configs")
+    if (req.ranking_id is not None) and req.config_indices is None:
+        raise InvalidRequest("ranking_id goes with config_indices", "ranking_id")
+    if req.config_indices is not None and req.ranking_id is None:
+        raise InvalidRequest(
+            "config_indices need the ranking_id of the rank answer they index",
+            "ranking_id",
+        )
+
+
 @dataclass(frozen=True)
 class Quality:
     """Kendall tau-b and top-1 slowdown; None where undefined."""
@@ -200,18 +214,10 @@ class FeedbackRecorder:
         self.online = OnlineQuality()
 
     async def record(self, req: FeedbackRequest) -> FeedbackResult:
+        """Check, score with the model, store in one transaction (once per
+        idempotency key), count the scores' quality; the answer owed."""
         runner = self.registry.get(req.model, req.model_version)
-        if (req.configs is None) == (req.config_indices is None):
-            raise InvalidRequest(
-                "give exactly one of configs or config_indices", "configs"
-            )
-        if (req.ranking_id is not None) and req.config_indices is None:
-            raise InvalidRequest("ranking_id goes with config_indices", "ranking_id")
-        if req.config_indices is not None and req.ranking_id is None:
-            raise InvalidRequest(
-                "config_indices need the ranking_id of the rank answer they index",
-                "ranking_id",
-            )
+        _check_choice(req)
         target = req.target or runner.manifest.target
         writer = req.writer
         if writer is not None and not writer.may_write(target):

@@ -11,6 +11,8 @@
                                                     own record, else the kept one
     Graphs.summary(gid) -> summary | None           its opcode summary, for the
                                                     target's knowledge (``blend``)
+    await Graphs.summaries(gids) -> {gid: summary}  those of measured graphs, else
+                                                    from the archive (the refresher)
 
 HLO text is featurized, and large arrays checked, off the loop (pure Python, seconds
 for a big module); encoding runs in the bounded inference pool.
@@ -18,7 +20,7 @@ for a big module); encoding runs in the bounded inference pool.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterable
 
 import anyio.to_thread
 import numpy as np
@@ -37,18 +39,17 @@ from xla_costmodel.service.core.inputs import (
     RawGraph,
     build_graph,
 )
+from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.raw_configs import RawConfigs, encode_raw
 from xla_costmodel.service.store import StoreError
+from xla_costmodel.tpugraphs import knowledge as kn
 from xla_costmodel.tpugraphs.arrays import Graph
 
 Found = tuple[Embedding, Source]
-
-
-class Programs(Protocol):
-    """Who keeps each graph's opcode summary (``TargetKnowledge``)."""
-
-    def remember(self, gid: str, node_opcode: npt.ArrayLike) -> None: ...
-    def summary(self, gid: str) -> npt.NDArray[np.float64] | None: ...
+Summary = npt.NDArray[np.float64]  # ``tpugraphs.knowledge.summarize``: 2 KiB
+# Opcode summaries kept per process (8 MiB): more graphs than a target's knowledge
+# keeps programs (``knowledge.MAX_PROGRAMS``), so a refit reads only new ones.
+SUMMARIES = 4096
 
 
 class Graphs:
@@ -58,15 +59,18 @@ class Graphs:
         cache: EmbeddingCache,
         records: GraphMetaStore,
         archive: GraphArchive,
-        programs: Programs,
         pool: InferencePool,
+        summaries: int = SUMMARIES,
     ) -> None:
         self.limits = limits
         self.cache = cache
         self.records = records
         self.archive = archive
-        self.programs = programs
         self.pool = pool
+        # Each graph's opcode summary, by id: of graphs admitted with a model that
+        # has target knowledge (a default config), and of graphs measured on a
+        # target (``summaries``); the newest ``summaries`` graphs'.
+        self._summaries: LRU[str, Summary] = LRU(summaries)
 
     async def graph(
         self, raw: RawGraph | HloText, runner: ArtifactRunner
@@ -101,7 +105,7 @@ class Graphs:
         if meta is not None:
             await self.records.remember(gid, meta)
         if runner.manifest.spec.default_config is not None:  # knowledge needs one
-            self.programs.remember(gid, graph.node_opcode)
+            self._summarize(gid, graph)
         await self.archive.hold(gid, graph)
         return graph, gid, meta
 
@@ -174,10 +178,32 @@ class Graphs:
             encode_raw, raw, runner.collection, meta, self.limits.max_configs
         )
 
-    def summary(self, gid: str) -> npt.NDArray[np.float64] | None:
+    def summary(self, gid: str) -> Summary | None:
         """The opcode summary of a graph admitted before (or measured on a target):
         None for a collection without a default config, or one long forgotten."""
-        return self.programs.summary(gid)
+        return self._summaries.get(gid)
+
+    async def summaries(self, gids: Iterable[str]) -> dict[str, Summary]:
+        """The opcode summaries of measured graphs, for the target's knowledge:
+        kept, else from the graph held or archived; a graph gone from the archive
+        has none (``StoreUnavailable`` if the database is down)."""
+        found: dict[str, Summary] = {}
+        for gid in gids:
+            summary = self._summaries.get(gid)
+            if summary is None:
+                graph = await self.archive.find(gid)
+                if graph is None:
+                    continue
+                summary = self._summarize(gid, graph)
+            found[gid] = summary
+        return found
+
+    def _summarize(self, gid: str, graph: Graph) -> Summary:
+        summary = self._summaries.get(gid)
+        if summary is None:
+            summary = kn.summarize(graph.node_opcode)
+            self._summaries.put(gid, summary)
+        return summary
 
     def forget(self, gid: str) -> None:
         """The database does not hold the graph after all: archive it again."""

@@ -1,7 +1,6 @@
 """Target knowledge in the service: learned across every graph measured on a target.
 
     TargetKnowledge.get(runner, target) -> Knowledge | None     no I/O: for a rank
-    TargetKnowledge.summary(gid) / remember(gid, node_opcode)     graph summaries
     TargetKnowledge.touch()                     a write anywhere (generations' listener)
     TargetKnowledge.refresher(period_s) -> Periodic                the refresher
 
@@ -18,8 +17,10 @@ writer was created for, and those with stored measurements (learned from
 named). A rank naming any other string gets the model's unseen-target view, built
 once per model version, and nothing is fitted or cached for it: invented targets
 cannot evict the real ones' knowledge. Each writer's rows are read in its own window
-of the newest ``max_rows`` and become its own records (one vote per writer,
-``tpugraphs/knowledge.py``), each with the compiler it was measured under.
+of the newest ``MAX_ROWS`` and become its own records (one vote per writer,
+``tpugraphs/knowledge.py``), each with the compiler it was measured under; a
+record compares programs by the graph's opcode summary, which ``Graphs`` keeps
+(``GraphSummaries``).
 
 Nothing here runs inside a rank: ``get`` reads what the refresher built last. The
 refresher, a task of the app's loop, wakes every ``period_s`` and at once when
@@ -38,6 +39,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
@@ -51,18 +53,29 @@ from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.periodic import Periodic
 from xla_costmodel.service.store import MeasurementStore, StoreError
-from xla_costmodel.service.store.records import Measured, StoredGraph
+from xla_costmodel.service.store.records import Measured
 from xla_costmodel.tpugraphs import knowledge as kn
 from xla_costmodel.tpugraphs.collections import get as collection_spec
 
 log = logging.getLogger(__name__)
 F64 = npt.NDArray[np.float64]
 Key = tuple[str, str, str]  # model, version, target
-SUMMARIES = 4096  # graph summaries kept (2 KiB each)
 MAX_TARGETS = 64  # (model, version, target) kept and polled per process
 # Targets a rank named that are not known to exist, checked (one indexed query
 # each) at the refresher's next tick; more are forgotten until named again.
 MAX_ASKED = 64
+# The newest measurements of each writer on a target a refit reads: a bound on one
+# refit's read and memory rather than a tuned value (one writer's default hourly
+# feedback quota, COSTMODEL_FEEDBACK_QUOTA_ROWS, is as many); per writer, so one
+# writer's flood cannot push the others' rows out (docs/security.md).
+MAX_ROWS = 200_000
+
+
+class GraphSummaries(Protocol):
+    """Where measured graphs' opcode summaries come from (``Graphs``): by id, those
+    it has; ``StoreError`` if it cannot say."""
+
+    async def summaries(self, gids: Iterable[str]) -> dict[str, F64]: ...
 
 
 class KnowledgeEvents(Protocol):
@@ -91,20 +104,19 @@ class TargetKnowledge:
         db: Database,
         generations: Generations,
         events: KnowledgeEvents,
-        max_rows: int = 200_000,
+        graphs: GraphSummaries,
     ) -> None:
         self.db = db
         self.generations = generations
         generations.on_change(self._changed)
         self.events = events
-        self.max_rows = max_rows
+        self.graphs = graphs
         self._entries: dict[Key, Entry] = {}
         self._unseen: dict[tuple[str, str], Entry] = {}  # per model version
         # Targets are whatever clients name: the ones kept (and polled) are bounded,
         # the least recently ranked for dropped first.
         self._wanted: OrderedDict[Key, _Want] = OrderedDict()
         self._seeds: dict[tuple[str, str], dict[str, list[kn.ProgramRecord]]] = {}
-        self._summaries: OrderedDict[str, F64] = OrderedDict()
         self._known: set[tuple[str, str]] = set()  # (collection, target) that exist
         self._writer_targets: frozenset[str] = frozenset()  # writers' allowed ones
         self._asked: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -139,15 +151,6 @@ class TargetKnowledge:
         if found is None:
             found = self._unseen.get((runner.name, runner.version))
         return found
-
-    def summary(self, gid: str) -> F64 | None:
-        return self._summaries.get(gid)
-
-    def remember(self, gid: str, node_opcode: npt.ArrayLike) -> None:
-        if gid not in self._summaries:
-            self._summaries[gid] = kn.summarize(node_opcode)
-            while len(self._summaries) > SUMMARIES:
-                self._summaries.popitem(last=False)
 
     def touch(self) -> None:
         """This process stored measurements: refresh now, not at the next tick."""
@@ -233,17 +236,14 @@ class TargetKnowledge:
         rows = {}
         if generation[0]:
             rows = await self.db.run(
-                lambda s: s.target_measurements(collection, target, self.max_rows)
+                lambda s: s.target_measurements(collection, target, MAX_ROWS)
             )
         parts = _programs(rows)
-        for gid in {gid for gid, _, _ in parts if gid not in self._summaries}:
-            stored = await self.db.run(partial(_load_graph, gid))
-            if stored is not None:
-                self.remember(gid, stored.arrays["node_opcode"])
+        summaries = await self.graphs.summaries({gid for gid, _, _ in parts})
         default = _default_row(want.runner)
         records = []
         for gid, writer, compiler in parts:
-            summary = self._summaries.get(gid)
+            summary = summaries.get(gid)
             if summary is None:  # the graph is gone from the archive
                 continue
             measured = rows[gid]
@@ -308,10 +308,6 @@ class TargetKnowledge:
         self.events.knowledge_fitted(runner.name, seconds, fitted.programs)
         self._versions += 1
         return Entry(fitted, self._versions, generation)
-
-
-def _load_graph(gid: str, store: MeasurementStore) -> StoredGraph | None:
-    return store.load_graph(gid)
 
 
 def _generation(

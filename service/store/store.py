@@ -8,7 +8,6 @@ each call checks a connection out of the engine's pool for one transaction.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -37,6 +36,7 @@ from xla_costmodel.service.store.records import (
     MeasurementBatch,
     StoredGraph,
 )
+from xla_costmodel.service.store.rows import measured, measurement_rows
 from xla_costmodel.service.store.schema import feedback_keys, graphs, measurements
 from xla_costmodel.service.store.summary import GraphSummary, graph_summaries
 from xla_costmodel.service.store.writers import (
@@ -137,7 +137,7 @@ class MeasurementStore:
         cannot take it.
         """
         batch.validate()
-        rows = _measurement_rows(batch)
+        rows = measurement_rows(batch)
         quota = batch.quota if batch.writer is not None else None
         with self._transaction("storing measurements", write=True) as conn:
             if batch.writer is not None:
@@ -233,7 +233,7 @@ class MeasurementStore:
             query = query.where(sub.c.newest <= max(0, limit)).order_by(sub.c.id)
         with self._transaction("reading measurements") as conn:
             rows = list(conn.execute(query).all())
-        return _measured(rows)
+        return measured(rows)
 
     def target_generation(self, collection: str, target: str) -> tuple[int, int]:
         """(count, max id) of every measurement of a (collection, target): changes
@@ -277,7 +277,7 @@ class MeasurementStore:
         by_graph: dict[str, list[Any]] = {}
         for r in rows:
             by_graph.setdefault(r.graph_id, []).append(r)
-        return {gid: _measured(group) for gid, group in by_graph.items()}
+        return {gid: measured(group) for gid, group in by_graph.items()}
 
     def keys(
         self,
@@ -338,56 +338,6 @@ class MeasurementStore:
         )
         statement = dialect_insert(table).on_conflict_do_nothing(index_elements=[key])
         return statement.returning(table.c[key])
-
-
-def _measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
-    blobs, dtype, shape = codec.encode_configs(np.asarray(batch.configs))
-    runtimes = np.asarray(batch.runtimes_ns, dtype=np.int64).tolist()
-    if batch.scores is None:
-        scores: list[float | None] = [None] * len(blobs)
-    else:
-        scores = [
-            None if math.isnan(s) else s
-            for s in np.asarray(batch.scores, dtype=np.float64).tolist()
-        ]
-    now = datetime.now(UTC)
-    common = {
-        "time": now,
-        "model": batch.model,
-        "model_version": batch.model_version,
-        "collection": batch.collection,
-        "target": batch.target,
-        "graph_id": batch.graph_id,
-        "config_dtype": dtype,
-        "config_shape": shape,
-        "request_id": batch.request_id,
-        "source": batch.source,
-        "writer": batch.writer,
-        "compiler": batch.compiler,
-    }
-    return [
-        {**common, "config": blob, "runtime_ns": rt, "score": score}
-        for blob, rt, score in zip(blobs, runtimes, scores, strict=True)
-    ]
-
-
-def _measured(rows: list[Any]) -> Measured:
-    """Rows of (id, config, config_dtype, config_shape, runtime_ns, score, writer,
-    compiler) as arrays."""
-    configs = codec.decode_configs(
-        [bytes(r.config) for r in rows],
-        [r.config_dtype for r in rows],
-        [r.config_shape for r in rows],
-    )
-    scores = [math.nan if r.score is None else r.score for r in rows]
-    return Measured(
-        configs=configs,
-        runtimes_ns=np.array([r.runtime_ns for r in rows], dtype=np.int64),
-        scores=np.array(scores, dtype=np.float32),
-        ids=np.array([r.id for r in rows], dtype=np.int64),
-        writers=tuple(r.writer for r in rows),
-        compilers=tuple(r.compiler for r in rows),
-    )
 
 
 def _graph_exists(conn: Connection, graph_id: str) -> bool:

@@ -326,6 +326,19 @@ def test_session_pins_the_version_of_its_first_answer(
         session.rank(tile_sample, tile_sample.configs)
 
 
+def test_session_names_its_target_and_compiler_in_every_rank(
+    client: CostModelClient, fake: FakeService, tile_sample: Sample
+) -> None:
+    session = client.session("tile", target="cpu", compiler="jax 0.4.31")
+    session.rank(tile_sample, tile_sample.configs)  # inline: npz, in the query
+    session.rank(tile_sample, tile_sample.configs[:2])  # by id: a JSON body
+    query, body = fake.requests[-2].url.params, json.loads(fake.requests[-1].content)
+    for sent in (query, body):
+        assert (sent["target"], sent["compiler"]) == ("cpu", "jax 0.4.31")
+    client.rank("tile", tile_sample, tile_sample.configs[:2])
+    assert "compiler" not in json.loads(fake.requests[-1].content)
+
+
 def test_degraded_answers_do_not_pin(fake: FakeService, tile_sample: Sample) -> None:
     fake.script = [httpx.ConnectError("refused")]
     with CostModelClient(

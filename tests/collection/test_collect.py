@@ -206,7 +206,7 @@ def test_the_zoo_is_large_varied_and_importing_it_loads_no_jax() -> None:
 def test_the_datasheet_is_computed_from_the_sidecars_and_compares_other_cpus(
     tmp_path: Path,
 ) -> None:
-    from xla_costmodel.collection import datasheet
+    from xla_costmodel.collection import cross_cpu, datasheet
 
     here = tmp_path / "cpu-here"  # one folder per target, as datasets/xla_cpu/
     (side,) = _run(here)
@@ -222,7 +222,7 @@ def test_the_datasheet_is_computed_from_the_sidecars_and_compares_other_cpus(
     }
     (other / "tiny_mlp.json").write_text(json.dumps(there))
 
-    cmp = datasheet.cross_cpu(side, there)
+    cmp = cross_cpu.compare(side, there)
     assert cmp is not None and cmp["shared"] == 3
     if len(set(t)) == 3:  # no ties: the ranks reverse exactly
         assert cmp["spearman"] == pytest.approx(-1.0)

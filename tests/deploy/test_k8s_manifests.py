@@ -232,7 +232,7 @@ def test_probes_hit_routes_the_app_serves_on_the_image_port(
         assert probe["port"] in (port["name"], port["containerPort"])
 
 
-def test_env_names_are_settings_fields_and_values_parse(
+def test_env_names_are_settings_fields_and_values_parse(  # noqa: PLR0915 -- one deployment's environment end to end, every assert on the same parsed settings
     resources: list[Resource], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The container's environment (image ENV, ConfigMap, Secret) read by Settings."""

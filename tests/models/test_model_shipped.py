@@ -106,7 +106,7 @@ def test_shipped_xla_cpu_model_names_its_cpus_and_holds_out_families_and_targets
     per-target knowledge seeds shipped beside it."""
     import json
 
-    from xla_costmodel.models.xla_cpu_recipe import sidecar_target
+    from xla_costmodel.models.xla_cpu_programs import sidecar_target
     from xla_costmodel.tpugraphs.knowledge import load_seeds
 
     manifest = read_manifest(ARTIFACTS / "xla_cpu" / "1")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from modelkit import tiny_config
 
+from xla_costmodel.models import xla_cpu_cv, xla_cpu_programs
 from xla_costmodel.models import xla_cpu_recipe as recipe
 from xla_costmodel.models.synthetic import make_xla_cpu_arrays, write_npz
 from xla_costmodel.tpugraphs import xla_cpu
@@ -61,46 +62,47 @@ def collection(tmp_path: Path) -> Path:
 
 
 def test_programs_come_from_the_sidecars(collection: Path) -> None:
-    programs = recipe.load_programs(collection)
+    programs = xla_cpu_programs.load_programs(collection)
     assert [p.name for p in programs] == ["a0", "a1", "b0", "b1", "c0", "c1"]
-    assert recipe.families(programs) == ["a", "b", "c"]
+    assert xla_cpu_programs.families(programs) == ["a", "b", "c"]
     assert programs[0].round_min is not None and programs[0].noise == 0.02
 
 
 def test_the_fixed_config_is_the_training_programs_best_by_geometric_mean(
     collection: Path,
 ) -> None:
-    programs = recipe.load_programs(collection)
+    programs = xla_cpu_programs.load_programs(collection)
     sample = xla_cpu.sample(CONFIGS, 0)
-    row, geomean = recipe.fixed_row(programs)  # everything: row 3 wins
+    row, geomean = xla_cpu_programs.fixed_row(programs)  # everything: row 3 wins
     assert np.array_equal(row, sample[3]) and geomean < 1
-    row, _ = recipe.fixed_row([p for p in programs if p.family != "a"])
+    row, _ = xla_cpu_programs.fixed_row([p for p in programs if p.family != "a"])
     assert np.array_equal(row, sample[5])
 
 
 def test_a_row_some_training_program_lacks_is_never_the_fixed_config(
     collection: Path,
 ) -> None:
-    programs = recipe.load_programs(collection)
+    programs = xla_cpu_programs.load_programs(collection)
     b0 = next(p for p in programs if p.name == "b0")
     keep = np.arange(CONFIGS) != 5
-    trimmed = recipe.Program(
+    trimmed = xla_cpu_programs.Program(
         b0.name, b0.family, b0.path, b0.configs[keep], b0.runtimes[keep], b0.noise, None
     )
     train = [trimmed, *(p for p in programs if p.family == "c")]
-    row, _ = recipe.fixed_row(train)
+    row, _ = xla_cpu_programs.fixed_row(train)
     assert not np.array_equal(row, xla_cpu.sample(CONFIGS, 0)[5])
     assert (
-        recipe.fixed_runtime(trimmed, xla_cpu.sample(CONFIGS, 0)[5]) == b0.runtimes[0]
+        xla_cpu_programs.fixed_runtime(trimmed, xla_cpu.sample(CONFIGS, 0)[5])
+        == b0.runtimes[0]
     )
 
 
 def test_cross_validation_holds_out_whole_families(
     collection: Path, tmp_path: Path
 ) -> None:
-    programs = recipe.load_programs(collection)
+    programs = xla_cpu_programs.load_programs(collection)
     cfg = tiny_config("xla_cpu", epochs=1, early_stopping=False)
-    folds = recipe.cross_validate(programs, cfg, tmp_path / "runs")
+    folds = xla_cpu_cv.cross_validate(programs, cfg, tmp_path / "runs")
     assert [f.family for f in folds] == ["a", "b", "c"]
     for fold in folds:
         held = {p.key for p in programs if p.family == fold.family}
@@ -113,7 +115,7 @@ def test_cross_validation_holds_out_whole_families(
     report = recipe.cv_report(programs, folds, cfg)
     a0 = next(r for r in report["graphs"] if r["graph"] == "a0")
     assert a0["fixed"]["top1_slowdown"] == pytest.approx(
-        recipe.fixed_runtime(programs[0], sample[5]) / 0.1e6 - 1, rel=1e-6
+        xla_cpu_programs.fixed_runtime(programs[0], sample[5]) / 0.1e6 - 1, rel=1e-6
     )
     assert a0["fixed"]["top1_slowdown"] > 5
     for key in ("kendall_tau", "top1_slowdown", "top5_slowdown", "top10_slowdown"):
@@ -124,13 +126,13 @@ def test_cross_validation_holds_out_whole_families(
     assert report["validation"]["method"] == "leave-families-out"
     assert "top1" in recipe.format_cv(report)
     # A second run with the same data and recipe reuses the cached folds.
-    again = recipe.cross_validate(programs, cfg, tmp_path / "runs")
+    again = xla_cpu_cv.cross_validate(programs, cfg, tmp_path / "runs")
     assert [f.scores for f in again] == [f.scores for f in folds]
 
 
 def test_the_target_is_the_sidecars_cpu(collection: Path) -> None:
-    assert recipe.sidecar_target(collection) == "cpu-amd-26.2-avx512"
-    assert {p.target for p in recipe.load_programs(collection)} == {
+    assert xla_cpu_programs.sidecar_target(collection) == "cpu-amd-26.2-avx512"
+    assert {p.target for p in xla_cpu_programs.load_programs(collection)} == {
         "cpu-amd-26.2-avx512"
     }
 
@@ -156,11 +158,16 @@ def test_a_dataset_of_targets_adds_target_folds(
             "isa_flags": ["sse4_2", "avx", "avx2", "fma"],
         }
         side_path.write_text(json.dumps(side))
-    programs = recipe.load_programs(data)
-    assert recipe.targets_of(programs) == ["cpu-amd-25.1-avx2", "cpu-amd-26.2-avx512"]
+    programs = xla_cpu_programs.load_programs(data)
+    assert xla_cpu_programs.targets_of(programs) == [
+        "cpu-amd-25.1-avx2",
+        "cpu-amd-26.2-avx512",
+    ]
     assert len({p.key for p in programs}) == len(programs)
     cfg = tiny_config("xla_cpu", epochs=1, early_stopping=False)
-    folds = recipe.cross_validate(programs, cfg, tmp_path / "runs", kinds=("target",))
+    folds = xla_cpu_cv.cross_validate(
+        programs, cfg, tmp_path / "runs", kinds=("target",)
+    )
     assert [(f.kind, f.family) for f in folds] == [
         ("target", "cpu-amd-25.1-avx2"),
         ("target", "cpu-amd-26.2-avx512"),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from servicekit import AppClient, graph_json, metric
 
+from xla_costmodel.tpugraphs import blend
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.metrics import kendall_tau
 
@@ -123,9 +124,10 @@ async def test_feedback_reshapes_the_ranking_of_the_other_configs(
 
 
 async def test_adaptation_waits_for_enough_measurements_and_keeps_targets_apart(
-    make_client: AppClient, unet: Sample
+    make_client: AppClient, unet: Sample, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = await make_client(adapt_min_measurements=5)
+    monkeypatch.setattr(blend, "MIN_MEASUREMENTS", 5)  # read when the app starts
+    client = await make_client()
     gid = await upload(client, "layout", unet)
     fed, rest = split(unet, seed=1)
     probe = unet.configs[rest[:20]]

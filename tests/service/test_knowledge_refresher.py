@@ -4,7 +4,9 @@ woke it (Python 3.11's wait_for could swallow that cancellation and hang shutdow
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -41,13 +43,20 @@ class Counts:
         self.errors.append(op)
 
 
+class NoGraphs:
+    """No measured graph has a summary (the database here holds none)."""
+
+    async def summaries(self, gids: Iterable[str]) -> dict[str, Any]:
+        return {}
+
+
 async def test_a_wake_up_racing_the_stop_does_not_keep_the_refresher_alive(
     tmp_path: Path,
 ) -> None:
     db = Database(f"sqlite:///{tmp_path / 'k.db'}")
     counts = Counts()
     generations = Generations(None, counts, freshness_s=0.1, alone=True)
-    knowledge = TargetKnowledge(db, generations, counts)
+    knowledge = TargetKnowledge(db, generations, counts, NoGraphs())
     refresher = knowledge.refresher(60.0)
     try:
         for _ in range(50):

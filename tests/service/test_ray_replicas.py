@@ -177,7 +177,7 @@ def test_feedback_through_one_replica_adapts_rankings_in_the_other(
     assert stored.json()["stored"] == len(fed)
     other = cluster.until(rank, lambda t: t != stored.headers["x-replica"])
     distinct = len(np.unique(kernel.configs[fed], axis=0))
-    assert distinct >= 4  # adaptation starts at COSTMODEL_ADAPT_MIN_MEASUREMENTS
+    assert distinct >= 4  # adaptation starts at blend.MIN_MEASUREMENTS
     assert other.json()["adapted"] == distinct
     assert other.json()["scores"] != cold.json()["scores"]
 
