@@ -14,7 +14,11 @@ from xla_costmodel.service.core.decisions import DecisionRequest
 from xla_costmodel.service.deps import BestDep, DecisionsDep, SettingsDep, WriterDep
 from xla_costmodel.service.errors import InvalidRequest, UnsupportedMediaType
 from xla_costmodel.service.logs import request_id
-from xla_costmodel.service.routes.feedback import IDEMPOTENCY_KEY, REPLAYED_HEADER
+from xla_costmodel.service.routes.feedback import (
+    IDEMPOTENCY_KEY,
+    REPLAYED_HEADER,
+    check_idempotency_key,
+)
 from xla_costmodel.service.schemas import (
     COMPILER,
     HEX64,
@@ -53,11 +57,7 @@ async def decide(
     ),
 ) -> DecisionOut:
     """Store what a tuner kept for a program (acknowledged once committed)."""
-    if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
-        raise InvalidRequest(
-            "must be 1 to 200 printable ASCII characters without spaces",
-            "Idempotency-Key",
-        )
+    check_idempotency_key(idempotency_key)
     body = await read_body(request, settings.max_body_bytes)
     req = _decode(body, request.headers.get("content-type"))
     request.state.model = req.model

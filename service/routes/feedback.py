@@ -31,6 +31,18 @@ from xla_costmodel.service.schemas import (
 router = APIRouter(prefix="/v1", tags=["feedback"])
 # Printable ASCII without spaces: UUIDs, ULIDs, hex digests, "tuner-42/round-3".
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+def check_idempotency_key(key: str | None) -> None:
+    """422 naming the header unless ``key`` is absent or ``IDEMPOTENCY_KEY``-shaped
+    (feedback and decisions share the keys table)."""
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
+        raise InvalidRequest(
+            "must be 1 to 200 printable ASCII characters without spaces",
+            "Idempotency-Key",
+        )
+
+
 REPLAYED_HEADER = {
     "description": "true: a resend, answered with the first answer",
     "schema": {"type": "string", "enum": ["true"]},
@@ -63,11 +75,7 @@ async def feedback(
     ),
 ) -> FeedbackOut:
     """Store runtimes measured for configs of a graph (acknowledged once committed)."""
-    if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
-        raise InvalidRequest(
-            "must be 1 to 200 printable ASCII characters without spaces",
-            "Idempotency-Key",
-        )
+    check_idempotency_key(idempotency_key)
     body = await read_body(request, settings.max_body_bytes)
     content_type = request.headers.get("content-type")
     req = await parse(_decode, body, content_type, request_id.get())

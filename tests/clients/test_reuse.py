@@ -24,7 +24,7 @@ import pytest
 from xla_costmodel.clients import CostModelClient, Decision, RetryPolicy
 from xla_costmodel.clients.xla import jit
 from xla_costmodel.clients.xla.measure import TimingProtocol
-from xla_costmodel.clients.xla.tune import tune
+from xla_costmodel.clients.xla.tune import TuneReport, tune
 from xla_costmodel.clients.xla.tune_bench import Bench
 from xla_costmodel.tpugraphs import machine, xla_cpu
 
@@ -241,6 +241,29 @@ def _seeded_pairs(ratio: float, noise: float = 0.02) -> Any:
     return pair
 
 
+def _tune(
+    client: CostModelClient,
+    fn: Any,
+    args: tuple[Any, ...],
+    budget: int,
+    target: str,
+    tmp_path: Path,
+    **config: Any,
+) -> TuneReport:
+    """``tune`` small: 8 candidates, the quick protocol, this test's journal."""
+    return tune(
+        fn,
+        args,
+        budget,
+        client=client,
+        target=target,
+        candidates=8,
+        protocol=QUICK,
+        crash_dir=tmp_path,
+        **config,
+    )
+
+
 def test_tune_reuses_a_fresh_decision_with_one_compile(
     server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,16 +280,7 @@ def test_tune_reuses_a_fresh_decision_with_one_compile(
 
     monkeypatch.setattr(Bench, "compile", counting)
     with CostModelClient(server) as client:
-        report = tune(
-            fn,
-            args,
-            4,
-            client=client,
-            target=target,
-            candidates=8,
-            protocol=QUICK,
-            crash_dir=tmp_path,
-        )
+        report = _tune(client, fn, args, 4, target, tmp_path)
     assert report.reused, report.reason
     assert compiles == [1] and report.compiler_options == decided
     assert [m["compiler_options"] for m in report.measured] == [decided]
@@ -285,16 +299,7 @@ def test_tune_searches_when_the_decision_does_not_hold(
     decided = _decide(server, fn, args, target)
     monkeypatch.setattr(Bench, "pair", _seeded_pairs(1.15))  # shown slower
     with CostModelClient(server) as client:
-        report = tune(
-            fn,
-            args,
-            3,
-            client=client,
-            target=target,
-            candidates=8,
-            protocol=QUICK,
-            crash_dir=tmp_path,
-        )
+        report = _tune(client, fn, args, 3, target, tmp_path)
     assert not report.reused
     assert report.verified is not None and not report.verified["kept"]
     assert report.measured[0]["compiler_options"] == decided  # measured first
@@ -312,16 +317,7 @@ def test_tune_reverifies_a_stale_decision(
     decided = _decide(server, fn, args, target, compiler="jaxlib 0.0.1-test")
     monkeypatch.setattr(Bench, "pair", _seeded_pairs(0.7))  # it would hold
     with CostModelClient(server) as client:
-        report = tune(
-            fn,
-            args,
-            2,
-            client=client,
-            target=target,
-            candidates=8,
-            protocol=QUICK,
-            crash_dir=tmp_path,
-        )
+        report = _tune(client, fn, args, 2, target, tmp_path)
         best = client.best(
             MODEL, graph_id=report.graph_id, target=target, compiler=machine.compiler()
         )
@@ -338,17 +334,7 @@ def test_no_reuse_skips_the_lookup(server: str, tmp_path: Path) -> None:
     fn, args = _tiny(6.0)
     _decide(server, fn, args, target)
     with CostModelClient(server) as client:
-        report = tune(
-            fn,
-            args,
-            1,
-            client=client,
-            target=target,
-            candidates=8,
-            protocol=QUICK,
-            crash_dir=tmp_path,
-            reuse=False,
-        )
+        report = _tune(client, fn, args, 1, target, tmp_path, reuse=False)
     assert not report.reused and report.verified is None
     assert report.rounds
 
