@@ -20,6 +20,7 @@ first call, never at import.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -247,21 +248,31 @@ def jit(
     )
 
 
+# One lookup client per (server, token) in a process, however many functions ``jit``
+# wraps: each holds a connection pool, like jax's own caches live as long as it does.
+_CLIENTS: dict[tuple[str, str | None], CostModelClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 def _lookup_client(server: str, token: str | None) -> CostModelClient:
-    """A client for one quick lookup: no retry (one request), a short timeout, and
-    for plain http no TLS context (building one costs ~20 ms)."""
-    transport = (
-        httpx.HTTPTransport(verify=False, retries=0)
-        if server.startswith("http://")
-        else None
-    )
-    return CostModelClient(
-        server,
-        token=token,
-        timeout=LOOKUP_TIMEOUT_S,
-        retry=RetryPolicy(max_attempts=1),
-        transport=transport,
-    )
+    """The process's client for quick lookups at ``server``: no retry (one request),
+    a short timeout, and for plain http no TLS context (building one costs ~20 ms)."""
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get((server, token))
+        if client is None:
+            transport = (
+                httpx.HTTPTransport(verify=False, retries=0)
+                if server.startswith("http://")
+                else None
+            )
+            client = _CLIENTS[(server, token)] = CostModelClient(
+                server,
+                token=token,
+                timeout=LOOKUP_TIMEOUT_S,
+                retry=RetryPolicy(max_attempts=1),
+                transport=transport,
+            )
+        return client
 
 
 def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
