@@ -277,9 +277,9 @@ def _check_known(state: RunState, run: Rounds, log: Log) -> Measured | None:
     if fresh and v.kept:
         state.reused = True
         state.why = (
-            f"the fleet's decision ({known.writers} writer(s)), verified here: "
-            f"{v.speedup:.3f}x faster than the default in {v.pairs} interleaved "
-            f"pairs (p = {v.p_value:.3g}): reused"
+            f"the fleet's decision ({known.writers} writer(s)), verified here (not "
+            f"slower than the default): {v.speedup:.3f}x the default's speed in "
+            f"{v.pairs} interleaved pairs (p = {v.p_value:.3g}): reused"
         )
         return m
     why = "decided under " + str(known.compiler) if not fresh else "did not hold"
@@ -295,7 +295,8 @@ def _play(
     cfg: TuneConfig,
 ) -> None:
     """The rounds of ``cfg.plan()``, less what checking a decision spent."""
-    left = cfg.budget - len(run.measured)
+    # A decision checked first counts, compiled or not (so does any failed compile).
+    left = cfg.budget - len(run.measured) - len(run.failed)
     if cfg.strategy == "random":
         picker: Picker = RandomPicker(np.random.default_rng([cfg.seed, 1]))
     elif client is None:
