@@ -32,7 +32,7 @@ from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.retry import RetryPolicy
 from xla_costmodel.clients.wire import BestKnown
-from xla_costmodel.clients.xla.reuse import fingerprint
+from xla_costmodel.clients.xla.reuse import fingerprint, fresh
 from xla_costmodel.tpugraphs import machine
 
 log = logging.getLogger(__name__)
@@ -149,10 +149,7 @@ class Jitted:
         if best is not None:
             facts["graph_id"] = best.graph_id
             facts["decision"] = _decision(best)
-        fresh = (
-            best is not None and not best.stale and best.compiler == facts["compiler"]
-        )
-        if best is not None and fresh:
+        if best is not None and fresh(best, facts["compiler"]):
             return dict(best.compiler_options), {
                 **facts,
                 "source": "best_known",
