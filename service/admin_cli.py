@@ -2,8 +2,8 @@
 who may write measurements (docs/security.md).
 
     costmodel tokens create NAME [--target T]... [--database-url URL]
-    costmodel tokens list | revoke NAME
-    costmodel measurements purge --writer NAME
+    costmodel tokens list | revoke NAME [--redis-url URL]
+    costmodel measurements purge --writer NAME [--redis-url URL]
 
 ``create`` prints the token alone on the last line of stdout, once: only its sha256
 is stored, so it cannot be shown again (revoke and create anew). Everything else goes
@@ -11,8 +11,11 @@ to stderr, so ``TOKEN=$(costmodel tokens create tuner-1 | tail -1)`` works. The
 database is the service's (``--database-url``, else ``COSTMODEL_DATABASE_URL``, else
 the SQLite file in ``COSTMODEL_DATA_DIR``); these commands change it directly, and
 every replica sees the change on its next request (a revoked token stops working, a
-purged writer's rows leave every graph's fit). The store is opened as
-``costmodel dataset export`` opens it (``command_store.open_store``).
+purged writer's rows leave every graph's fit). What the processes cache from it
+(measurement generations, each graph's decisions) they drop when ``revoke`` and
+``purge`` announce the change through the service's Redis (``--redis-url``, else
+``COSTMODEL_REDIS_URL``): at once, instead of within ``LIVE_TRUST_S`` (60 s). The
+store is opened as ``costmodel dataset export`` opens it (``command_store.open_store``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ URL_HELP = (
     "costmodel.db in the service's data directory ($COSTMODEL_DATA_DIR, data/)."
 )
 DatabaseUrl = Annotated[str | None, typer.Option(help=URL_HELP)]
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        envvar="COSTMODEL_REDIS_URL",
+        help="the service's Redis: every process hears of the change at once",
+    ),
+]
 err = Console(stderr=True)
 
 
@@ -72,11 +82,15 @@ def list_writers(database_url: DatabaseUrl = None) -> None:
 def revoke(
     name: Annotated[str, typer.Argument(help="the writer")],
     database_url: DatabaseUrl = None,
+    redis_url: RedisUrl = None,
 ) -> None:
-    """Revoke a writer's token at once (its measurements stay; see purge)."""
+    """Revoke a writer's token at once (its measurements stay; see purge); every
+    replica stops serving its decisions."""
     with open_store(database_url) as store:
         store.writers.revoke(name)
     err.print(f"writer {name!r} revoked")
+    if redis_url:  # the processes cache its decisions (decision_cache.py)
+        _announce(redis_url, database_url, "serves its decisions")
 
 
 def purge(
@@ -88,27 +102,23 @@ def purge(
         ),
     ],
     database_url: DatabaseUrl = None,
-    redis_url: Annotated[
-        str | None,
-        typer.Option(
-            envvar="COSTMODEL_REDIS_URL",
-            help="the service's Redis: every process hears of the purge at once",
-        ),
-    ] = None,
+    redis_url: RedisUrl = None,
 ) -> None:
-    """Delete every measurement a writer stored; every replica's rankings forget them."""
+    """Delete every measurement and decision a writer stored; every replica's
+    rankings and answers forget them."""
     with open_store(database_url) as store:
         deleted = store.writers.purge(writer)
-    err.print(f"deleted {deleted} measurements of writer {writer!r}")
+    err.print(f"deleted {deleted} measurements and the decisions of writer {writer!r}")
     if redis_url:
-        _announce(redis_url, database_url)
+        _announce(redis_url, database_url, "remembers the purged rows")
     typer.echo(deleted)
 
 
-def _announce(url: str, database_url: str | None) -> None:
-    """Tell the service's processes that measurements changed (generations.py),
-    sealed as they seal (``COSTMODEL_REDIS_HMAC_KEY``, else derived from the
-    database URL, as theirs); without it they notice within ``LIVE_TRUST_S``."""
+def _announce(url: str, database_url: str | None, stale: str) -> None:
+    """Tell the service's processes that writers or measurements changed: each
+    drops what it cached (generations.py, ``announce``), sealed as they seal
+    (``COSTMODEL_REDIS_HMAC_KEY``, else derived from the database URL, as theirs);
+    untold, the service ``stale`` for up to ``LIVE_TRUST_S``."""
     import asyncio
 
     from redis.exceptions import RedisError
@@ -131,6 +141,6 @@ def _announce(url: str, database_url: str | None) -> None:
         asyncio.run(run())
     except (RedisError, OSError) as exc:
         err.print(
-            f"[yellow]Redis not told ({exc}); the service forgets the purged "
-            f"measurements within {LIVE_TRUST_S:.0f} s[/]"
+            f"[yellow]Redis not told ({exc}); the service {stale} for up to "
+            f"{LIVE_TRUST_S:.0f} s[/]"
         )

@@ -58,7 +58,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     redis = _redis(settings)
     url = _database_url(settings)
     app.state.database = db = Database(url, on_statement=metrics.stores.db_statement)
-    options = SessionOptions(settings.intra_op_threads, settings.inter_op_threads)
+    options = SessionOptions(settings.intra_op_threads)
     app.state.registry = registry = ModelRegistry(
         settings.model_dir,
         settings.models,

@@ -20,6 +20,13 @@ from xla_costmodel import shipped_models
 from xla_costmodel.service.core.binding import is_loopback
 
 MiB = 1 << 20
+# Former settings, now constants next to the code that reads them (docs/settings.md):
+# a deployment that still sets one is refused by name rather than started as if the
+# value took effect. (pydantic-settings ignores any other unknown COSTMODEL_* name.)
+REMOVED = {
+    "COSTMODEL_ADAPT_CACHE_ENTRIES": "now CACHE_ENTRIES in service/core/adaptation.py",
+    "COSTMODEL_INTER_OP_THREADS": "onnxruntime ignores it: sessions run sequentially",
+}
 
 
 class Settings(BaseSettings):
@@ -72,9 +79,9 @@ class Settings(BaseSettings):
     )
     memory_cache_bytes: int = Field(default=256 * MiB, ge=0)
 
-    # onnxruntime: threads per session, and how many runs may execute at once.
+    # onnxruntime: threads per session (intra-op: sessions run their nodes in
+    # sequence, xla_costmodel/runner.py), and how many runs may execute at once.
     intra_op_threads: int = Field(default=1, ge=0)
-    inter_op_threads: int = Field(default=1, ge=0)
     inference_workers: int = Field(
         default_factory=lambda: max(1, min(4, os.cpu_count() or 1)), ge=1
     )
@@ -137,9 +144,6 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Path("data")
     # Per-graph adaptation (its constants: service/core/adaptation.py).
-    adapt_cache_entries: int = Field(
-        default=1024, ge=0, description="fitted per-graph models kept per process"
-    )
     knowledge_refresh_s: float = Field(
         default=1.0,
         gt=0,
@@ -253,6 +257,21 @@ class Settings(BaseSettings):
         if self.database_url is None:
             return None
         return urlsplit(self.database_url.get_secret_value()).password or None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_removed_variable(cls, data: Any) -> Any:
+        """A ``COSTMODEL_*`` variable that is no longer a setting fails the start,
+        named: ignored, the service would run unlike what its operator set."""
+        found = sorted(name for name in os.environ if name.upper() in REMOVED)
+        if found:
+            raise ValueError(
+                "; ".join(
+                    f"{name} is no longer a setting ({REMOVED[name.upper()]}): unset it"
+                    for name in found
+                )
+            )
+        return data
 
     @model_validator(mode="after")
     def _redis_sealed_with_a_secret(self) -> Settings:

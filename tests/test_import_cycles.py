@@ -1,11 +1,12 @@
 """The package's import graph has no cycle, hidden or not; clients/ never imports
 collection/, and only the runs (bench/, chaos/, studies/) import the process harness.
 
-Every module of ``xla_costmodel`` (the linked folders included) is parsed with ``ast``;
-every ``import``/``from ... import`` of ``xla_costmodel.*`` counts, at module level or
-inside a function (a function-local import is the usual way to hide a cycle) or under
-``TYPE_CHECKING``. ``from pkg import name`` counts as an import of the submodule
-``pkg.name`` when there is one, else of ``pkg`` itself (its ``__init__``).
+Every module of ``xla_costmodel`` (the linked folders included) is parsed with ``ast``
+(``imports.py``); every ``import``/``from ... import`` of ``xla_costmodel.*`` counts,
+at module level or inside a function (a function-local import is the usual way to
+hide a cycle) or under ``TYPE_CHECKING``. ``from pkg import name`` counts as an
+import of the submodule ``pkg.name`` when there is one, else of ``pkg`` itself (its
+``__init__``).
 
 Not counted: the implicit import of a parent package before its submodule. A package
 ``__init__`` re-exporting its submodules (``clients/__init__.py``) would otherwise
@@ -18,53 +19,21 @@ when a command runs).
 
 from __future__ import annotations
 
-import ast
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "xla_costmodel"
-ROOT = PACKAGE.name
+from imports import PACKAGE, ROOT, imported_names, module_of, modules
 
 Graph = dict[str, dict[str, int]]  # module -> {imported module: line of the import}
 
 
-def modules() -> dict[str, Path]:
-    """Dotted name -> file, following the folders' symlinks into the package."""
-    found: dict[str, Path] = {}
-    for folder, _, files in os.walk(PACKAGE, followlinks=True):
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            path = Path(folder) / name
-            parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            found[".".join(parts)] = path
-    return found
-
-
-def _imported(node: ast.AST, package: str) -> Iterator[str]:
-    if isinstance(node, ast.Import):
-        yield from (alias.name for alias in node.names)
-    elif isinstance(node, ast.ImportFrom):
-        base = node.module or ""
-        if node.level:  # relative: up from this module's package
-            parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-            base = ".".join([*parent, base] if base else parent)
-        yield from (f"{base}.{alias.name}" for alias in node.names)
-
-
 def import_graph(found: dict[str, Path]) -> Graph:
+    """The package's modules each imports (not itself), from ``imports.py``'s names."""
     graph: Graph = {name: {} for name in found}
-    for name, path in found.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            for target in _imported(node, package):
-                while target and target not in found:  # a name, not a module
-                    target = target.rpartition(".")[0]
-                if target.startswith(ROOT) and target != name:
-                    graph[name].setdefault(target, getattr(node, "lineno", 0))
+    for name, names in imported_names(found).items():
+        for imported, line in names.items():
+            target = module_of(imported, found)  # a name, or the module it is in
+            if target.startswith(ROOT) and target != name:
+                graph[name].setdefault(target, line)
     return graph
 
 

@@ -23,6 +23,9 @@ Embedding = dict[str, npt.NDArray[np.float32]]
 @dataclass(frozen=True)
 class SessionOptions:
     intra_op_threads: int = 1
+    # Not a setting (it was COSTMODEL_INTER_OP_THREADS): ``_open`` runs the sessions
+    # sequentially (ORT_SEQUENTIAL), where onnxruntime ignores the inter-op pool and
+    # acts as if it were 1 (its API documentation), so no value here changes anything.
     inter_op_threads: int = 1
 
 

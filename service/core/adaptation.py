@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import anyio.to_thread
 import numpy as np
@@ -43,12 +43,25 @@ from xla_costmodel.tpugraphs.blend import distinct_configs
 log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
-Key = tuple[str, str, str, str]  # model, version, target, graph_id
 # The newest measurements of a graph a fit reads, per writer (``shares.py``): a bound
 # on one fit's read and time rather than a tuned value (the study stopped at n = 100;
 # a fit of 2,000 configs takes ~9 ms, tpugraphs/adapt.py); per writer, so one
 # writer's flood cannot push the others' rows out (docs/security.md).
 MAX_MEASUREMENTS = 4000
+# Graphs (model, version, target, graph) whose measurements and fit each process keeps
+# (two LRUs of this many entries; an entry is up to MAX_MEASUREMENTS rows per writer).
+# Chosen by hand when adaptation was added (no measurement recorded); it was the
+# setting COSTMODEL_ADAPT_CACHE_ENTRIES until settings kept only what operators set.
+CACHE_ENTRIES = 1024
+
+
+class FitKey(NamedTuple):
+    """Whose measurements and fit: a graph's on a target, for one model version."""
+
+    model: str
+    version: str
+    target: str
+    graph_id: str
 
 
 class AdaptEvents(Protocol):
@@ -93,7 +106,7 @@ class Adaptation:
         db: Database,
         generations: Generations,
         events: AdaptEvents,
-        cache_entries: int = 1024,
+        cache_entries: int = CACHE_ENTRIES,
     ) -> None:
         self.db = db
         self.generations = generations
@@ -101,15 +114,15 @@ class Adaptation:
         # Read when built (tests patch the module constants).
         self.min_measurements = blend.MIN_MEASUREMENTS
         self.max_measurements = MAX_MEASUREMENTS
-        self._rows: LRU[Key, Observed] = LRU(cache_entries)
-        self._fits: LRU[Key, _Fit] = LRU(cache_entries)  # from worker threads too
+        self._rows: LRU[FitKey, Observed] = LRU(cache_entries)
+        self._fits: LRU[FitKey, _Fit] = LRU(cache_entries)  # from worker threads too
 
     async def observed(
         self, runner: ArtifactRunner, target: str, gid: str
     ) -> Observed | None:
         """The graph's measurements (None: none, or the database is unavailable)."""
         collection, limit = runner.collection, self.max_measurements
-        key = (runner.name, runner.version, target, gid)
+        key = FitKey(runner.name, runner.version, target, gid)
         try:
             # From memory while known fresh (generations.py): a rank of a graph
             # whose measurements did not change sends no database statement.
@@ -150,7 +163,7 @@ class Adaptation:
         self, runner: ArtifactRunner, target: str, gid: str, tag: FitTag
     ) -> Adapter | Shared | None:
         """The graph's cached fit, while ``tag`` is the one it was made with."""
-        found = self._fits.get((runner.name, runner.version, target, gid))
+        found = self._fits.get(FitKey(runner.name, runner.version, target, gid))
         return found.adapter if found is not None and found.tag == tag else None
 
     def fit(
@@ -178,5 +191,7 @@ class Adaptation:
         self.events.adaptation_fitted(
             runner.name, time.perf_counter() - start, adapter.measurements
         )
-        self._fits.put((runner.name, runner.version, target, gid), _Fit(tag, adapter))
+        self._fits.put(
+            FitKey(runner.name, runner.version, target, gid), _Fit(tag, adapter)
+        )
         return adapter

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from xla_costmodel.service.core.database import Database
-from xla_costmodel.service.core.decision_cache import DecisionCache, Key
+from xla_costmodel.service.core.decision_cache import DecisionCache, DecisionKey
 from xla_costmodel.service.core.errors import DecisionsUnavailable, NoDecision
 from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.registry import ModelRegistry
@@ -38,6 +38,7 @@ from xla_costmodel.service.store import StoredDecision, StoreUnavailable
 
 LookupResult = Literal["hit", "miss", "stale"]
 FINGERPRINTS = 16_384  # (collection, target, fingerprint) -> graph id, in memory
+Fingerprint = tuple[str, str, str]  # collection, target, HLO fingerprint
 
 
 class BestEvents(Protocol):
@@ -107,7 +108,7 @@ class BestLookup:
         self.db = db
         self.cache = cache
         self.events = events
-        self._graphs: LRU[Key, str] = LRU(FINGERPRINTS)
+        self._graphs: LRU[Fingerprint, str] = LRU(FINGERPRINTS)
 
     async def best(self, query: BestQuery) -> Choice:
         """The decision to reuse for ``query``'s graph; ``NoDecision`` if none."""
@@ -116,7 +117,7 @@ class BestLookup:
         gid = query.graph_id or await self._graph_of(
             (runner.collection, target, query.hlo_fingerprint or "")
         )
-        key: Key = (runner.collection, target, gid or "")
+        key = DecisionKey(runner.collection, target, gid or "")
         found = (
             None
             if gid is None
@@ -134,9 +135,9 @@ class BestLookup:
             )
         decision, writers, stale = found
         self.events.best_lookup(target, "stale" if stale else "hit")
-        return Choice(decision, target, writers, stale, key[2])
+        return Choice(decision, target, writers, stale, key.graph_id)
 
-    async def _graph_of(self, fingerprint: Key) -> str | None:
+    async def _graph_of(self, fingerprint: Fingerprint) -> str | None:
         """The graph a fingerprint names (kept once found: it never changes)."""
         known = self._graphs.get(fingerprint)
         if known is not None:
@@ -153,7 +154,7 @@ class BestLookup:
             self._graphs.put(fingerprint, found)
         return found
 
-    async def _decisions(self, key: Key) -> Sequence[StoredDecision]:
+    async def _decisions(self, key: DecisionKey) -> Sequence[StoredDecision]:
         async def read() -> list[StoredDecision]:
             return await self.db.run(lambda s: s.decisions.for_graph(*key))
 

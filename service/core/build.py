@@ -25,6 +25,8 @@ from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.decision_cache import DecisionCache
 from xla_costmodel.service.core.decisions import DecisionEvents, DecisionRecorder
 from xla_costmodel.service.core.feedback import FeedbackEvents, FeedbackRecorder
+from xla_costmodel.service.core.feedback_scorer import FeedbackScorer
+from xla_costmodel.service.core.feedback_store import FeedbackStore
 from xla_costmodel.service.core.fleet import FleetGain, FleetSnapshot
 from xla_costmodel.service.core.generations import GenerationEvents, Generations
 from xla_costmodel.service.core.graph_archive import ArchiveEvents, GraphArchive
@@ -142,21 +144,18 @@ def build_core(
     cache, graphs = _graphs(settings, metrics, redis, db, limits, pool)
     knowledge = TargetKnowledge(db, generations, metrics.knowledge, graphs)
     recent = _recent(settings, metrics, redis)
-    adaptation = _adaptation(settings, metrics, db, generations)
+    adaptation = _adaptation(metrics, db, generations)
     shaper = Shaper(adaptation, knowledge, pool, metrics.shaping)
     fleet = FleetGain(db, metrics.stores)
     metrics.watch_fleet(lambda: fleet.snapshot, settings.fleet_max_targets)
     metrics.watch_ready(lambda: registry.ready)
     feedback = FeedbackRecorder(
         registry,
-        graphs,
-        pool,
-        recent,
-        db,
-        generations,
-        limits,
+        FeedbackScorer(graphs, pool, recent, limits),
+        FeedbackStore(
+            db, graphs.archive, generations, metrics.feedback, _quota(settings)
+        ),
         metrics.feedback,
-        _quota(settings),
     )
     return Core(
         ranker=Ranker(registry, graphs, pool, shaper, recent, limits),
@@ -207,9 +206,9 @@ def _recent(
 
 
 def _adaptation(
-    settings: Settings, metrics: CoreMetrics, db: Database, generations: Generations
+    metrics: CoreMetrics, db: Database, generations: Generations
 ) -> Adaptation:
-    return Adaptation(db, generations, metrics.adaptation, settings.adapt_cache_entries)
+    return Adaptation(db, generations, metrics.adaptation)
 
 
 def _quota(settings: Settings) -> Quota | None:

@@ -29,7 +29,8 @@ from xla_costmodel.service.core.tiered import (
     TieredCache,
 )
 
-Source = Literal["memory", "redis", "miss"]
+# Where a lookup found the embedding ("miss": computed here).
+FoundIn = Literal["memory", "redis", "miss"]
 # Dict, key and array headers: a rough per-entry cost on top of the array data.
 ENTRY_OVERHEAD = 512
 
@@ -45,7 +46,7 @@ class CacheKey:
         return embedding_key(self.model, self.version, self.graph_id)
 
 
-Found = tuple[Embedding, Source]
+Found = tuple[Embedding, FoundIn]
 
 
 def embedding_nbytes(embedding: Embedding) -> int:
@@ -102,7 +103,7 @@ class EmbeddingCache:
         """The cached embedding, or ``compute()``'s, run once per key at a time."""
         fill = self._fills.get(key)
         if fill is None:
-            embedding = self.tier.recall(key)
+            embedding = self.tier.memory_get(key)
             if embedding is not None:
                 return embedding, "memory"
             # Registered before the first await, so concurrent callers join it.
@@ -122,9 +123,9 @@ class EmbeddingCache:
         names: Collection[str],
         compute: Callable[[], Awaitable[Embedding]],
     ) -> Found:
-        embedding = await self.tier.fetch(key, partial(_loads, names))
+        embedding = await self.tier.redis_get(key, partial(_loads, names))
         if embedding is not None:
-            self.tier.memory.put(key, embedding)
+            self.tier.memory_put(key, embedding)
             return embedding, "redis"
         embedding = await compute()
         await self.tier.put(key, embedding)

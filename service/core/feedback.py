@@ -4,6 +4,10 @@
     measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``xla_costmodel.tpugraphs.metrics``)
     OnlineQuality                  running means per (model, version) since start
 
+The recorder composes two roles: ``FeedbackScorer`` (``core/feedback_scorer.py``:
+what the tuner measured, scored as ranking would) and ``FeedbackStore``
+(``core/feedback_store.py``: where the measurements are written).
+
 Feedback is the one request that writes the database of record: it archives the
 graph it measured (held since its rank or upload) in the transaction that stores
 its rows, on the database slots reserved for writers. A writer over its quota hears
@@ -17,7 +21,6 @@ durable on SQLite and PostgreSQL). Anything that keeps it from the database is
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
@@ -27,41 +30,19 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
-from xla_costmodel.service.core.database import Database
-from xla_costmodel.service.core.errors import (
-    FeedbackUnavailable,
-    Forbidden,
-    GraphNotFound,
-    IdempotencyConflict,
-    InvalidRequest,
-    QuotaExceeded,
-    RankingNotFound,
-)
-from xla_costmodel.service.core.generations import Generations
-from xla_costmodel.service.core.graphs import Graphs
+from xla_costmodel.service.core.errors import Forbidden, InvalidRequest
+from xla_costmodel.service.core.feedback_scorer import FeedbackScorer
+from xla_costmodel.service.core.feedback_store import FeedbackStore
 from xla_costmodel.service.core.hlo import HloText
-from xla_costmodel.service.core.inference import InferencePool, Scored
-from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
-from xla_costmodel.service.core.recent import RecentRankings
+from xla_costmodel.service.core.inputs import RawGraph
 from xla_costmodel.service.core.registry import ModelRegistry
-from xla_costmodel.service.store import (
-    AddResult,
-    IdempotencyKeyReused,
-    MeasurementBatch,
-    Quota,
-    StoreUnavailable,
-    UnknownGraph,
-    Writer,
-    WriterQuotaExceeded,
-)
+from xla_costmodel.service.store import MeasurementBatch, Writer
 from xla_costmodel.tpugraphs.metrics import kendall_tau, topk_slowdown
-
-log = logging.getLogger(__name__)
-INT64_MAX = (1 << 63) - 1
 
 
 class FeedbackEvents(Protocol):
-    """What the recorder reports (``xla_costmodel.service.metrics.tuning.FeedbackMetrics`` implements it)."""
+    """What feedback reports: the recorder what it stored, its ``FeedbackStore``
+    what failed (``xla_costmodel.service.metrics.tuning.FeedbackMetrics`` implements it)."""
 
     def feedback_stored(
         self, model: str, version: str, measurements: int, quality: Quality
@@ -103,6 +84,16 @@ def _check_choice(req: FeedbackRequest) -> None:
         raise InvalidRequest(
             "config_indices need the ranking_id of the rank answer they index",
             "ranking_id",
+        )
+
+
+def _check_writer(writer: Writer | None, target: str) -> None:
+    """An authenticated writer writes only for its targets."""
+    if writer is not None and not writer.may_write(target):
+        raise Forbidden(
+            f"writer {writer.name!r} may not write measurements for target "
+            f"{target!r} (it may write {', '.join(writer.targets or ())})",
+            "target",
         )
 
 
@@ -186,31 +177,20 @@ class OnlineQuality:
 class FeedbackRecorder:
     """Checks a feedback request, scores its configs, stores it, then counts it.
 
-    ``graphs`` and ``pool`` score the configs as ranking does, ``recent`` finds
-    the rank answer that ``config_indices`` index; ``db`` stores, and ``generations``
-    tells every process's caches (this one's at once) before the answer goes."""
+    ``scorer`` checks what the tuner measured and scores it as ranking does;
+    ``store`` writes it to the database of record; ``events`` count what is stored."""
 
     def __init__(
         self,
         registry: ModelRegistry,
-        graphs: Graphs,
-        pool: InferencePool,
-        recent: RecentRankings,
-        db: Database,
-        generations: Generations,
-        limits: Limits,
+        scorer: FeedbackScorer,
+        store: FeedbackStore,
         events: FeedbackEvents,
-        quota: Quota | None = None,
     ) -> None:
         self.registry = registry
-        self.graphs = graphs
-        self.pool = pool
-        self.recent = recent
-        self.db = db
-        self.generations = generations
-        self.limits = limits
+        self.scorer = scorer
+        self.store = store
         self.events = events
-        self.quota = quota  # per writer; anonymous feedback (auth off) has none
         self.online = OnlineQuality()
 
     async def record(self, req: FeedbackRequest) -> FeedbackResult:
@@ -220,14 +200,9 @@ class FeedbackRecorder:
         _check_choice(req)
         target = req.target or runner.manifest.target
         writer = req.writer
-        if writer is not None and not writer.may_write(target):
-            raise Forbidden(
-                f"writer {writer.name!r} may not write measurements for target "
-                f"{target!r} (it may write {', '.join(writer.targets or ())})",
-                "target",
-            )
-        runtimes = self._runtimes(req.runtimes_ns)
-        await self._precheck(writer, len(runtimes))
+        _check_writer(writer, target)
+        runtimes = self.scorer.runtimes(req.runtimes_ns)
+        await self.store.precheck(writer, len(runtimes))
         gid, configs, scores = await self._scored(runner, req)
         if len(configs) != len(runtimes):
             raise InvalidRequest(
@@ -252,12 +227,11 @@ class FeedbackRecorder:
             request_hash=req.request_hash,
             response=result.to_json(),
             writer=None if writer is None else writer.name,
-            quota=None if writer is None else self.quota,
-            graph=await self.graphs.archive.pending(gid, runner.collection),
             compiler=req.compiler,
         )
+        batch = await self.store.prepared(batch)  # the quota, the graph to archive
         with anyio.CancelScope(shield=True):  # once committed, always counted
-            added = await self._add(batch)
+            added = await self.store.add(batch)
             if added.duplicate:
                 assert added.response is not None
                 return FeedbackResult.from_json(added.response)
@@ -271,113 +245,11 @@ class FeedbackRecorder:
         self, runner: ArtifactRunner, req: FeedbackRequest
     ) -> tuple[str, np.ndarray[Any, Any], npt.NDArray[np.float32]]:
         """The graph id, and the configs with the model's scores of them."""
-        if req.graph is not None:
-            graph, gid = await self.graphs.graph(req.graph, runner)
-            await self.graphs.embed(runner, gid, graph)
-        else:
-            gid = str(req.graph_id)
+        gid = await self.scorer.graph_id(runner, req.graph, req.graph_id)
         if req.configs is not None:
-            configs, scores = await self._score(runner, gid, req.configs)
+            configs, scores = await self.scorer.score(runner, gid, req.configs)
         else:
-            configs, scores = await self._pick(
+            configs, scores = await self.scorer.pick(
                 runner, gid, req.config_indices or [], str(req.ranking_id)
             )
         return gid, configs, scores
-
-    async def _score(self, runner: ArtifactRunner, gid: str, value: Any) -> Scored:
-        """Validate and score configs for a known graph; nothing is remembered."""
-        embedding, _ = await self.graphs.known(runner, gid)
-        checked = check_configs(value, runner, embedding, "configs", self.limits)
-        return await self.pool.run(
-            self.pool.score, runner, embedding, checked, "configs", False
-        )
-
-    async def _precheck(self, writer: Writer | None, rows: int) -> None:
-        """429 before any work if ``rows`` more would pass the writer's quota."""
-        quota = self.quota
-        if writer is None or quota is None:
-            return
-        try:
-            await self.db.run(
-                lambda s: s.writers.precheck(writer.name, rows, quota), writers=True
-            )
-        except WriterQuotaExceeded as exc:
-            raise QuotaExceeded(str(exc), exc.retry_after_s) from None
-        except StoreUnavailable:
-            pass  # storing says so, with the answer it owes
-
-    async def _add(self, batch: MeasurementBatch) -> AddResult:
-        try:
-            added = await self.db.run(lambda s: s.add_measurements(batch), writers=True)
-        except UnknownGraph:
-            self.graphs.forget(batch.graph_id)
-            raise GraphNotFound(
-                f"graph {batch.graph_id} is neither in the measurement database nor "
-                "held here (graphs ranked or uploaded are held best-effort until "
-                "feedback archives them): send the graph inline with the feedback "
-                "(graph or hlo)",
-                "graph_id",
-            ) from None
-        except IdempotencyKeyReused as exc:
-            raise IdempotencyConflict(str(exc), "Idempotency-Key") from None
-        except WriterQuotaExceeded as exc:
-            raise QuotaExceeded(str(exc), exc.retry_after_s) from None
-        except StoreUnavailable as exc:
-            # The client hears what happened, not the driver's message (it may name
-            # hosts, users, databases); the log keeps it for the operator.
-            self.events.store_error("add_measurements")
-            log.warning("feedback not stored", extra={"error": str(exc)})
-            raise FeedbackUnavailable(
-                "feedback not stored: the measurement database is unavailable; "
-                "retry later"
-            ) from None
-        self.graphs.archive.stored(batch.graph_id)
-        # Committed, not yet acknowledged: every process's caches hear of it
-        # (this one's at once; the knowledge refresher wakes through its listener).
-        await self.generations.wrote(batch.collection, batch.target, batch.graph_id)
-        return added
-
-    def _runtimes(self, values: Sequence[int]) -> npt.NDArray[np.int64]:
-        if not values:
-            raise InvalidRequest("no runtimes given", "runtimes_ns")
-        if len(values) > self.limits.max_configs:
-            raise InvalidRequest(
-                f"more than {self.limits.max_configs} runtimes", "runtimes_ns"
-            )
-        for i, value in enumerate(values):
-            if not 0 < value <= INT64_MAX:
-                raise InvalidRequest(
-                    f"runtimes must be in [1, 2^63-1] ns, got {value}",
-                    f"runtimes_ns[{i}]",
-                )
-        return np.asarray(values, np.int64)
-
-    async def _pick(
-        self, runner: ArtifactRunner, gid: str, indices: Sequence[int], ranking_id: str
-    ) -> Scored:
-        if not indices:
-            raise InvalidRequest("no config indices given", "config_indices")
-        if len(indices) > self.limits.max_configs:
-            raise InvalidRequest(
-                f"more than {self.limits.max_configs} indices", "config_indices"
-            )
-        key = (runner.name, runner.version, gid, ranking_id)
-        recalled = await self.recent.recall(key)
-        if recalled is None:
-            raise RankingNotFound(
-                f"ranking {ranking_id} of graph {gid} with {runner.name} "
-                f"v{runner.version} is not remembered (rankings are kept best-effort "
-                "for a day: in Redis when the service has one, else per process); "
-                "send the configs instead",
-                "ranking_id",
-            )
-        configs, scores = recalled
-        for i, index in enumerate(indices):
-            if not 0 <= index < len(scores):
-                raise InvalidRequest(
-                    f"index {index} is out of range: ranking {ranking_id} had "
-                    f"{len(scores)} configs",
-                    f"config_indices[{i}]",
-                )
-        picked = np.asarray(indices, np.int64)
-        return configs[picked], scores[picked]

@@ -26,16 +26,17 @@ How a cached value stays fresh, and the staleness bound after ``wrote`` returns:
 - ``alone`` (no other service process writes the database: one worker, not Ray,
   SQLite; ``is_alone``) makes local invalidation complete for the service's own
   writes: values are trusted for ``live_trust_s`` (``LIVE_TRUST_S``), the bound for a
-  write by another program (``costmodel measurements purge``), which with Redis
-  tells every process at once instead (``announce``).
+  write by another program (``costmodel measurements purge``, ``tokens revoke``),
+  which with Redis tells every process at once instead (``announce``).
 - A live subscription that goes silent is declared dead after ``2 * heartbeat_s``
   without a reply to its PINGs; and a value is never trusted longer than
   ``live_trust_s`` while live, a backstop for a publish lost to a writer's own
   Redis outage.
 
 A read that began before an invalidation of its key is returned but not cached
-(it may predate the write). Redis failures never fail a caller: they are logged,
-counted and only shorten the trust to ``freshness_s``.
+(it may predate the write: ``trusted.py``, which the decision cache uses too).
+Redis failures never fail a caller: they are logged, counted and only shorten the
+trust to ``freshness_s``.
 
 Messages are sealed with the service's key (``redis_store.Seal``): one that is not
 (anyone else with the Redis password), or a replay of a sealed one (an origin's
@@ -53,9 +54,8 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -63,6 +63,7 @@ from redis.exceptions import RedisError
 
 from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.redis_store import Forged, Seal
+from xla_costmodel.service.core.trusted import TrustedCache
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +76,23 @@ LIVE_TRUST_S = 60.0
 REPLAY_WINDOW_S = 30.0
 ORIGINS = 4096  # publishers remembered (a process's origin lives as long as it)
 Generation = tuple[int, int]  # (count, newest id) of the measurements
-Key = tuple[str, str, str | None]  # collection, target, graph id (None: the target)
+
+
+class GenerationKey(NamedTuple):
+    """Whose generation: a graph's, or (``graph_id`` None) its whole target's."""
+
+    collection: str
+    target: str
+    graph_id: str | None
+
+
 # (collection, target) written; None: anything may have changed.
 Listener = Callable[[tuple[str, str] | None], None]
 # The key written (a graph's); None: anything may have changed.
-KeyListener = Callable[[Key | None], None]
-Source = Literal["local", "remote", "resubscribe"]
+KeyListener = Callable[[GenerationKey | None], None]
+# What dropped cached generations: this process's write, another's message, or the
+# subscription coming (back) up.
+InvalidatedBy = Literal["local", "remote", "resubscribe"]
 ErrorOp = Literal["publish", "subscribe", "message"]
 _REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 
@@ -89,7 +101,7 @@ class GenerationEvents(Protocol):
     """What ``Generations`` reports (``xla_costmodel.service.metrics.stores.GenerationMetrics``)."""
 
     def generation_lookup(self, hit: bool) -> None: ...
-    def generation_invalidated(self, source: Source) -> None: ...
+    def generation_invalidated(self, source: InvalidatedBy) -> None: ...
     def generation_subscription(self, live: bool) -> None: ...
     def generation_error(self, op: ErrorOp) -> None: ...
     def redis_integrity_failure(self, kind: str) -> None: ...
@@ -103,25 +115,14 @@ def is_alone(workers: int, ray: bool, database_url: str | None) -> bool:
 
 
 async def announce(redis: Redis, seal: Seal | None = None) -> None:
-    """Tell every subscribed process that measurements changed outside the service
-    (a purge): each drops every generation it cached. ``seal``: the service's
+    """Tell every subscribed process that measurements or writers changed outside
+    the service (a purge, a revocation): each drops every generation it cached, and
+    its key listeners everything they keep (the decision cache: a revoked writer's
+    decisions). ``seal``: the service's
     (``Settings.redis_seal_key``), else the processes drop it as forged. Raises
     ``RedisError``; for tools, not the request path."""
     message = _encode(seal, uuid.uuid4().hex, 1, None, None, None)
     await redis.publish(CHANNEL, message)
-
-
-@dataclass
-class _Entry:
-    value: Generation
-    read_at: float  # when the read began: the bound runs from there
-
-
-@dataclass(eq=False)
-class _Read:
-    """A read under way; ``stale`` once its key was invalidated meanwhile."""
-
-    stale: bool = field(default=False)
 
 
 class Generations:
@@ -147,14 +148,13 @@ class Generations:
         self.events = events
         self.freshness_s = freshness_s
         self.alone = alone
-        self.max_entries = entries
         self.live_trust_s = live_trust_s
         self.heartbeat_s = heartbeat_s
         self.reconnect_s = reconnect_s
-        self._clock = clock
         self._origin = uuid.uuid4().hex  # this process's own messages are skipped
-        self._entries: LRU[Key, _Entry] = LRU(entries)
-        self._reads: dict[Key, set[_Read]] = {}
+        self._cache: TrustedCache[GenerationKey, Generation] = TrustedCache(
+            entries, self.trust_s, clock
+        )
         self._listeners: list[Listener] = []
         self._key_listeners: list[KeyListener] = []
         self._live = False
@@ -166,7 +166,7 @@ class Generations:
         return self._live
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._cache)
 
     def on_change(self, listener: Listener) -> None:
         """Call ``listener`` on every write this process learns of, local or remote
@@ -198,24 +198,9 @@ class Generations:
     ) -> Generation:
         """The generation of (collection, target, gid): cached while known fresh,
         else ``await read()`` (its errors propagate; nothing is cached then)."""
-        key = (collection, target, gid)
-        now = self._clock()
-        entry = self._entries.get(key)
-        if entry is not None and self._trusted(entry, now):
-            self.events.generation_lookup(True)
-            return entry.value
-        pending = _Read()
-        self._reads.setdefault(key, set()).add(pending)
-        try:
-            value = await read()
-        finally:
-            reads = self._reads[key]
-            reads.discard(pending)
-            if not reads:
-                del self._reads[key]
-        self.events.generation_lookup(False)
-        if not pending.stale:
-            self._entries.put(key, _Entry(value, now))
+        key = GenerationKey(collection, target, gid)
+        value, hit = await self._cache.get(key, read)
+        self.events.generation_lookup(hit)
         return value
 
     async def wrote(self, collection: str, target: str, gid: str) -> None:
@@ -230,29 +215,22 @@ class Generations:
             self.events.generation_error("publish")
             log.warning("generation not published", extra={"error": repr(exc)})
 
-    def _trusted(self, entry: _Entry, now: float) -> bool:
-        return now - entry.read_at <= self.trust_s()
-
     def _invalidate(
-        self, collection: str, target: str, gid: str, source: Source
+        self, collection: str, target: str, gid: str, source: InvalidatedBy
     ) -> None:
         # A graph's write changes its target's generation too.
-        for key in ((collection, target, gid), (collection, target, None)):
-            self._entries.discard(key)
-            for pending in self._reads.get(key, ()):
-                pending.stale = True
+        graph = GenerationKey(collection, target, gid)
+        for key in (graph, GenerationKey(collection, target, None)):
+            self._cache.invalidate(key)
         self.events.generation_invalidated(source)
-        self._notify((collection, target, gid))
+        self._notify(graph)
 
-    def _drop_all(self, source: Source) -> None:
-        self._entries = LRU(self.max_entries)
-        for reads in self._reads.values():
-            for pending in reads:
-                pending.stale = True
+    def _drop_all(self, source: InvalidatedBy) -> None:
+        self._cache.clear()
         self.events.generation_invalidated(source)
         self._notify(None)
 
-    def _notify(self, key: Key | None) -> None:
+    def _notify(self, key: GenerationKey | None) -> None:
         change = None if key is None else (key[0], key[1])
         calls = [partial(f, change) for f in self._listeners]
         calls += [partial(f, key) for f in self._key_listeners]

@@ -121,11 +121,11 @@ class GraphArchive:
 
     async def hold(self, gid: str, graph: Graph) -> None:
         """Keep a graph a request brought (never in the database)."""
-        if gid in self.held.memory or self._kept.get(gid):
+        if self.held.memory_has(gid) or self._kept.get(gid):
             return
-        self.held.memory.put(gid, graph)
+        self.held.memory_put(gid, graph)
         if graph.nbytes <= SHARED_BYTES:
-            await self.held.store(gid, graph)
+            await self.held.redis_set(gid, graph)
 
     def kept(self, gid: str) -> bool:
         return gid in self._kept

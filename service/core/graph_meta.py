@@ -26,7 +26,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from xla_costmodel.service.core.errors import GraphMetadataAmbiguous
 from xla_costmodel.service.core.lru import LRU
@@ -42,7 +42,13 @@ from xla_costmodel.tpugraphs.arrays import Graph
 log = logging.getLogger(__name__)
 MEMORY_BYTES = 32 << 20  # records are small: ids, names, ranks of configurable nodes
 NAMINGS = 65_536  # graphs whose namings this process remembers
-Key = tuple[str, str | None]  # graph id, names id (None: the unnamed record)
+
+
+class MetaKey(NamedTuple):
+    """Names one record of a graph (in Redis under ``meta_key(*key)``)."""
+
+    graph_id: str
+    names_id: str | None  # None: the unnamed record
 
 
 class MetaError(ValueError):
@@ -110,11 +116,11 @@ def _weigh(meta: GraphMeta) -> int:
     return len(meta.dumps())
 
 
-def _meta_key(key: Key) -> str:
+def _meta_key(key: MetaKey) -> str:
     return meta_key(*key)
 
 
-RECORDS: Codec[Key, GraphMeta] = Codec(
+RECORDS: Codec[MetaKey, GraphMeta] = Codec(
     _meta_key,
     GraphMeta.dumps,
     GraphMeta.loads,
@@ -149,23 +155,23 @@ class GraphMetaStore:
                 "raw_configs",
             )
         for names_id in namings:
-            found = await self.tier.get((graph_id, names_id))
+            found = await self.tier.get(MetaKey(graph_id, names_id))
             if found is not None:
                 return found[0]
-        found = await self.tier.get((graph_id, None))
+        found = await self.tier.get(MetaKey(graph_id, None))
         return None if found is None else found[0]
 
     async def remember(self, graph_id: str, meta: GraphMeta) -> None:
         """Keep ``meta`` under its graph and naming; a kept record is never replaced."""
         names_id = meta.names_id
-        key = (graph_id, names_id)
+        key = MetaKey(graph_id, names_id)
         if names_id is not None:
             known = self._namings.get(graph_id) or frozenset()
             self._namings.put(graph_id, known | {names_id})
-        if self.tier.memory.get(key) is not None:
+        if self.tier.memory_get(key) is not None:
             return  # same key, same record
-        self.tier.memory.put(key, meta)
-        await self.tier.store(key, meta, nx=True)
+        self.tier.memory_put(key, meta)
+        await self.tier.redis_set(key, meta, nx=True)
         redis = self.tier.redis
         if names_id is not None and redis is not None and redis.available:
             try:
@@ -181,7 +187,7 @@ class GraphMetaStore:
         try:
             found, forged = await redis.members(namings_key(graph_id))
         except CacheUnavailable as exc:
-            self.tier.failed("get", (graph_id, None), exc)
+            self.tier.failed("get", MetaKey(graph_id, None), exc)
             return frozenset()
         for _ in range(forged):
             self.events.redis_integrity_failure("record")

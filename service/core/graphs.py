@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner, Embedding
-from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache, Source
+from xla_costmodel.service.core.cache import CacheKey, EmbeddingCache, Found
 from xla_costmodel.service.core.errors import GraphMetadataNotFound, GraphNotFound
 from xla_costmodel.service.core.graph_archive import GraphArchive
 from xla_costmodel.service.core.graph_meta import GraphMeta, GraphMetaStore
@@ -45,7 +45,6 @@ from xla_costmodel.service.store import StoreError
 from xla_costmodel.tpugraphs import knowledge as kn
 from xla_costmodel.tpugraphs.arrays import Graph
 
-Found = tuple[Embedding, Source]
 Summary = npt.NDArray[np.float64]  # ``tpugraphs.knowledge.summarize``: 2 KiB
 # Opcode summaries kept per process (8 MiB): more graphs than a target's knowledge
 # keeps programs (``knowledge.MAX_PROGRAMS``), so a refit reads only new ones.
@@ -204,7 +203,3 @@ class Graphs:
             summary = kn.summarize(graph.node_opcode)
             self._summaries.put(gid, summary)
         return summary
-
-    def forget(self, gid: str) -> None:
-        """The database does not hold the graph after all: archive it again."""
-        self.archive.forget(gid)

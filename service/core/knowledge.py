@@ -42,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import anyio.to_thread
 import numpy as np
@@ -59,7 +59,6 @@ from xla_costmodel.tpugraphs.collections import get as collection_spec
 
 log = logging.getLogger(__name__)
 F64 = npt.NDArray[np.float64]
-Key = tuple[str, str, str]  # model, version, target
 MAX_TARGETS = 64  # (model, version, target) kept and polled per process
 # Targets a rank named that are not known to exist, checked (one indexed query
 # each) at the refresher's next tick; more are forgotten until named again.
@@ -76,6 +75,14 @@ class GraphSummaries(Protocol):
     it has; ``StoreError`` if it cannot say."""
 
     async def summaries(self, gids: Iterable[str]) -> dict[str, F64]: ...
+
+
+class KnowledgeKey(NamedTuple):
+    """Whose knowledge: a target's, for one model version."""
+
+    model: str
+    version: str
+    target: str
 
 
 class KnowledgeEvents(Protocol):
@@ -111,11 +118,11 @@ class TargetKnowledge:
         generations.on_change(self._changed)
         self.events = events
         self.graphs = graphs
-        self._entries: dict[Key, Entry] = {}
+        self._entries: dict[KnowledgeKey, Entry] = {}
         self._unseen: dict[tuple[str, str], Entry] = {}  # per model version
         # Targets are whatever clients name: the ones kept (and polled) are bounded,
         # the least recently ranked for dropped first.
-        self._wanted: OrderedDict[Key, _Want] = OrderedDict()
+        self._wanted: OrderedDict[KnowledgeKey, _Want] = OrderedDict()
         self._seeds: dict[tuple[str, str], dict[str, list[kn.ProgramRecord]]] = {}
         self._known: set[tuple[str, str]] = set()  # (collection, target) that exist
         self._writer_targets: frozenset[str] = frozenset()  # writers' allowed ones
@@ -132,7 +139,7 @@ class TargetKnowledge:
         the refresher next, if it exists (module docstring)."""
         if runner.manifest.spec.default_config is None:
             return None
-        key = (runner.name, runner.version, target)
+        key = KnowledgeKey(runner.name, runner.version, target)
         found = self._entries.get(key)
         if key in self._wanted:
             self._wanted.move_to_end(key)
@@ -185,7 +192,9 @@ class TargetKnowledge:
                     self._fit, runner, "", seeds, [], None
                 )
             for target in seeds:
-                self._wanted.setdefault((*version, target), _Want(runner, target))
+                self._wanted.setdefault(
+                    KnowledgeKey(*version, target), _Want(runner, target)
+                )
         await self.refresh()
 
     def refresher(self, period_s: float) -> Periodic:
@@ -222,7 +231,7 @@ class TargetKnowledge:
             if count:
                 self._known.add((collection, target))
 
-    async def _refresh(self, key: Key, want: _Want) -> None:
+    async def _refresh(self, key: KnowledgeKey, want: _Want) -> None:
         collection, target = want.runner.collection, want.target
         generation = await self.generations.current(
             collection,

@@ -22,14 +22,18 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.service.core.cache import Source
+from xla_costmodel.service.core.cache import FoundIn
 from xla_costmodel.service.core.errors import InvalidRequest
 from xla_costmodel.service.core.graph_meta import GraphMeta
 from xla_costmodel.service.core.graphs import Graphs
 from xla_costmodel.service.core.inference import InferencePool, stable_order
 from xla_costmodel.service.core.inputs import Limits, check_configs
 from xla_costmodel.service.core.raw_configs import RawConfigs
-from xla_costmodel.service.core.recent import RecentRankings, new_ranking_id
+from xla_costmodel.service.core.recent import (
+    RankingKey,
+    RecentRankings,
+    new_ranking_id,
+)
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.core.requests import RankRequest, UploadRequest
 from xla_costmodel.service.core.shaping import Batch, Shaper
@@ -51,7 +55,7 @@ class RankResult:
     model: str
     model_version: str
     graph_id: str
-    cache: Source
+    cache: FoundIn
     scores: npt.NDArray[np.float32]  # scores[i] = config i, lower = faster
     ranking: npt.NDArray[np.int64]  # all indices, best first, ties by index
     top_k: npt.NDArray[np.int64]
@@ -130,7 +134,7 @@ class Ranker:
             )
         # Remember the batch as it came (int8 for layout), not its float32 copy.
         ranking_id = new_ranking_id()
-        key = (runner.name, runner.version, gid, ranking_id)
+        key = RankingKey(runner.name, runner.version, gid, ranking_id)
         self.recent.remember(key, checked, scores, req.client)  # Redis: background
         ranking = stable_order(scores)
         k = len(ranking) if options.top_k is None else min(options.top_k, len(ranking))

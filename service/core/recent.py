@@ -38,7 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -47,7 +47,17 @@ from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.redis_store import RedisStore, recent_key
 from xla_costmodel.service.core.tiered import CacheEvents, Codec, TieredCache
 
-Key = tuple[str, str, str, str]  # model, version, graph_id, ranking_id
+
+class RankingKey(NamedTuple):
+    """Names one rank answer's batch (in Redis under ``recent_key(*key)``: the
+    fields in this order)."""
+
+    model: str
+    version: str
+    graph_id: str
+    ranking_id: str
+
+
 Scored = tuple[np.ndarray[Any, Any], npt.NDArray[np.float32]]
 # Feedback follows its ranking within minutes to hours (an autotuner measures, then
 # reports); a day bounds what Redis holds for rankings nobody reports on.
@@ -83,7 +93,7 @@ def _weigh(scored: Scored) -> int:
     return ENTRY_OVERHEAD + configs.nbytes + scores.nbytes
 
 
-def _key(key: Key) -> str:
+def _key(key: RankingKey) -> str:
     return recent_key(*key)
 
 
@@ -103,15 +113,17 @@ class RecentRankings:
         codec = Codec(
             _key, _dumps, loads, "remembered ranking", ops="recent_", kind="ranking"
         )
-        self.tier = TieredCache(LRU(max_bytes, _weigh), redis, codec, events)
+        memory: LRU[RankingKey, Scored] = LRU(max_bytes, _weigh)
+        self.tier = TieredCache(memory, redis, codec, events)
+        self.max_bytes = max_bytes
         # Larger batches stay in this process: a SET much larger would not fit the
         # client's short socket timeout. A 1,965-config layout batch (int8) is 2.2 MB.
         self.shared_bytes = shared_bytes
         # Batches waiting for Redis, and the one task writing them: under load the
         # SETs of several answers share one round trip (a pipeline).
-        self._queue: list[tuple[Key, Scored]] = []
+        self._queue: list[tuple[RankingKey, Scored]] = []
         self._writer: asyncio.Task[None] | None = None
-        self.budgets = ClientBudgets(self.tier.memory, client_bytes)
+        self.budgets = ClientBudgets(memory, client_bytes)
 
     @property
     def shared(self) -> bool:
@@ -120,18 +132,17 @@ class RecentRankings:
 
     def remember(
         self,
-        key: Key,
+        key: RankingKey,
         configs: np.ndarray[Any, Any],
         scores: npt.NDArray[np.float32],
         client: str = "",
     ) -> None:
         """Keep the batch here now (within ``client``'s budget); share it through
         Redis in the background."""
-        self.tier.memory.put(key, (configs, scores))
+        self.tier.memory_put(key, (configs, scores))
         self.budgets.charge(client, key, _weigh((configs, scores)))
-        capacity = self.tier.memory.capacity
         size = configs.nbytes + scores.nbytes
-        shareable = size <= min(self.shared_bytes, capacity) and (
+        shareable = size <= min(self.shared_bytes, self.max_bytes) and (
             configs.dtype.newbyteorder("<").str in DTYPES
         )
         if self.shared and shareable:  # else too big (or remembering is off)
@@ -143,11 +154,11 @@ class RecentRankings:
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
-                await self.tier.store_many(batch, ttl_s=TTL_S)
+                await self.tier.redis_set_many(batch, ttl_s=TTL_S)
         finally:
             self._writer = None
 
-    async def recall(self, key: Key) -> Scored | None:
+    async def recall(self, key: RankingKey) -> Scored | None:
         # A key names one batch forever: memory first, then Redis.
         found = await self.tier.get(key)
         if found is None and self.shared:
@@ -178,7 +189,7 @@ class RecentRankings:
 
 @dataclass
 class _Book:
-    batches: OrderedDict[Key, int] = field(default_factory=OrderedDict)
+    batches: OrderedDict[RankingKey, int] = field(default_factory=OrderedDict)
     used: int = 0
 
 
@@ -190,14 +201,14 @@ class ClientBudgets:
     the LRU)."""
 
     def __init__(
-        self, memory: LRU[Key, Scored], limit: int, clients: int = 65_536
+        self, memory: LRU[RankingKey, Scored], limit: int, clients: int = 65_536
     ) -> None:
         self.memory = memory
         self.limit = limit
         self._books: LRU[str, _Book] = LRU(clients)
         self._lock = threading.Lock()
 
-    def charge(self, client: str, key: Key, size: int) -> None:
+    def charge(self, client: str, key: RankingKey, size: int) -> None:
         with self._lock:
             book = self._books.get(client)
             if book is None:

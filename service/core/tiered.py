@@ -2,9 +2,13 @@
 bounded in-process LRU, then Redis through a codec, best-effort.
 
     TieredCache.get(key) -> (value, level) | None   memory, then Redis (kept in memory)
-    TieredCache.fetch(key) -> value | None          Redis alone
     TieredCache.put(key, value)                     memory and Redis
-    TieredCache.store(key, value)                   Redis alone
+    TieredCache.memory_get(key) -> value | None     memory alone (made recent)
+    TieredCache.memory_has(key) -> bool             memory alone (not made recent)
+    TieredCache.memory_put(key, value)              memory alone
+    TieredCache.redis_get(key) -> value | None      Redis alone
+    TieredCache.redis_set(key, value)               Redis alone (``nx``, ``ttl_s``)
+    TieredCache.redis_set_many(items, ttl_s=...)    Redis alone, one round trip
 
 Redis is skipped while ``RedisStore`` cools down after a failure (``cache_bypass``).
 A failure, or bytes the codec refuses, is a miss plus a log line and a
@@ -78,8 +82,9 @@ class TieredCache(Generic[K, V]):
         self.events = events
         self.counted = counted
 
-    def recall(self, key: K) -> V | None:
-        """The in-process value (counted as a memory hit or miss)."""
+    def memory_get(self, key: K) -> V | None:
+        """The in-process value, now the most recent (counted as a memory hit or
+        miss)."""
         value = self.memory.get(key)
         if self.counted:
             if value is None:
@@ -92,16 +97,24 @@ class TieredCache(Generic[K, V]):
         self, key: K, loads: Callable[[bytes], V] | None = None
     ) -> tuple[V, Level] | None:
         """Memory, then Redis; a value found in Redis is kept in memory."""
-        value = self.recall(key)
+        value = self.memory_get(key)
         if value is not None:
             return value, "memory"
-        value = await self.fetch(key, loads)
+        value = await self.redis_get(key, loads)
         if value is None:
             return None
         self.memory.put(key, value)
         return value, "redis"
 
-    async def fetch(
+    def memory_has(self, key: K) -> bool:
+        """Whether memory holds ``key``, without making it recent or counting it."""
+        return key in self.memory
+
+    def memory_put(self, key: K, value: V) -> None:
+        """Keep ``value`` in memory alone (Redis has it already, or is not for it)."""
+        self.memory.put(key, value)
+
+    async def redis_get(
         self, key: K, loads: Callable[[bytes], V] | None = None
     ) -> V | None:
         """The value in Redis (``loads``: this call's decoder), or None."""
@@ -130,10 +143,11 @@ class TieredCache(Generic[K, V]):
         return value
 
     async def put(self, key: K, value: V) -> None:
+        """Memory and Redis."""
         self.memory.put(key, value)
-        await self.store(key, value)
+        await self.redis_set(key, value)
 
-    async def store(
+    async def redis_set(
         self, key: K, value: V, *, nx: bool = False, ttl_s: int | None = None
     ) -> None:
         """SET in Redis (``nx``: only if absent; ``ttl_s``: else the store's TTL)."""
@@ -147,7 +161,7 @@ class TieredCache(Generic[K, V]):
         except CacheUnavailable as exc:
             self.failed("set", key, exc)
 
-    async def store_many(self, items: list[tuple[K, V]], *, ttl_s: int) -> None:
+    async def redis_set_many(self, items: list[tuple[K, V]], *, ttl_s: int) -> None:
         """SET each in Redis in one round trip."""
         if not items or not self._usable():
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from xla_costmodel.service.core.generations import ErrorOp, Source
+from xla_costmodel.service.core.generations import ErrorOp, InvalidatedBy
 
 
 class StoreMetrics:
@@ -83,7 +83,7 @@ class GenerationMetrics:
     def generation_lookup(self, hit: bool) -> None:
         self.lookups.labels("hit" if hit else "read").inc()
 
-    def generation_invalidated(self, source: Source) -> None:
+    def generation_invalidated(self, source: InvalidatedBy) -> None:
         self.invalidations.labels(source).inc()
 
     def generation_subscription(self, live: bool) -> None:

@@ -9,7 +9,8 @@ A decision's config row is stored as a measurement's config is (``codec``: raw
 little-endian bytes with dtype and shape), its compiler options as a JSON object.
 ``for_graph`` answers only decisions that may be served: anonymous ones (stored with
 feedback auth off) and those of writers that are not revoked and may (still) write
-the target; a revoked writer's rows stay, as its measurements do.
+the target; a revoked writer's rows stay, as its measurements do, until a purge
+deletes both (``WriterTable.purge``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-Source = Literal["feedback", "import"]
+# Where a stored measurement came from: a feedback request, or an import.
+RowOrigin = Literal["feedback", "import"]
 # Column widths of the tables (schema.py); longer values are refused up front.
 MAX_LENGTHS = {
     "model": 128,
@@ -63,7 +64,7 @@ class MeasurementBatch:
     runtimes_ns: np.ndarray[Any, Any]  # int64 [C], all > 0
     scores: np.ndarray[Any, Any] | None  # float32 [C] (NaN = none) or None
     request_id: str | None
-    source: Source
+    source: RowOrigin
     idempotency_key: str | None = None
     request_hash: str | None = None
     response: dict[str, Any] | None = None

@@ -2,7 +2,8 @@
 
     WriterTable.create(name, targets) -> token   shown once; only its sha256 is kept
     WriterTable.authenticate(token) -> Writer | None   active writers only
-    WriterTable.revoke(name), .list(), .purge(name) -> rows deleted (ANONYMOUS: the
+    WriterTable.revoke(name), .list(), .purge(name) -> measurements deleted (its
+                                                 decisions go too; ANONYMOUS: the
                                                  rows stored without a token)
     WriterTable.precheck(name, rows, quota)      the quota, before any work
     lock(conn, writer)                           serialise one writer's transactions
@@ -36,11 +37,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Table,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 
 from xla_costmodel.service.store.errors import StoreError
 from xla_costmodel.service.store.records import Quota
-from xla_costmodel.service.store.schema import graphs, measurements, writers
+from xla_costmodel.service.store.schema import decisions, graphs, measurements, writers
 
 TOKEN_PREFIX = "cmw_"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -158,16 +170,25 @@ class WriterTable:
             check_quota(conn, name, rows, quota)
 
     def purge(self, name: str) -> int:
-        """Delete every measurement the writer stored (``ANONYMOUS``: the rows
-        stored without a token); the rows deleted. Each graph's measurement
-        generation changes, so every replica refits."""
-        m = measurements.c
-        which = m.writer == name
-        if name == ANONYMOUS:  # and any row of a writer so named before it was
-            which = or_(m.writer.is_(None), which)
-        query = delete(measurements).where(which)
-        with self._transaction("purging a writer's measurements", write=True) as conn:
-            return int(conn.execute(query).rowcount or 0)
+        """Delete every measurement and decision the writer stored (``ANONYMOUS``:
+        those stored without a token); the measurements deleted. Each graph's
+        measurement generation changes, so every replica refits. Its decisions go
+        in the same transaction: kept, ``GET /v1/best`` would go on serving what a
+        writer the operator removed decided (a revoked one's are only hidden)."""
+        with self._transaction("purging a writer's rows", write=True) as conn:
+            conn.execute(delete(decisions).where(_stored_by(decisions, name)))
+            deleted = conn.execute(
+                delete(measurements).where(_stored_by(measurements, name))
+            )
+            return int(deleted.rowcount or 0)
+
+
+def _stored_by(table: Table, name: str) -> ColumnElement[bool]:
+    """The rows of ``table`` (measurements, decisions) that writer ``name`` stored."""
+    which = table.c.writer == name
+    if name == ANONYMOUS:  # and any row of a writer so named before it was
+        which = or_(table.c.writer.is_(None), which)
+    return which
 
 
 def check_quota(conn: Connection, writer: str, rows: int, quota: Quota) -> None:
@@ -238,15 +259,21 @@ def scoped_key(key: str, writer: str | None) -> str:
 
 
 def _refuse_if_measured(conn: Connection, name: str) -> None:
-    rows = conn.execute(
-        select(func.count()).where(measurements.c.writer == name)
-    ).scalar_one()
-    if rows:
+    """A revoked name is free again only once nothing it stored remains: its
+    decisions, hidden while it is revoked, would be served again under a new token."""
+    carried = []
+    for table, what in ((measurements, "measurements"), (decisions, "decisions")):
+        rows = conn.execute(
+            select(func.count()).where(table.c.writer == name)
+        ).scalar_one()
+        if rows:
+            carried.append(f"{rows} {what}")
+    if carried:
         raise WriterNameInUse(
-            f"writer {name!r} was revoked, but {rows} measurements still carry its "
-            "name: a new writer of that name would inherit them (their share in "
-            "every fit, and the quota). Purge them first (costmodel measurements "
-            f"purge --writer {name}) or choose another name"
+            f"writer {name!r} was revoked, but {' and '.join(carried)} still carry "
+            "its name: a new writer of that name would inherit them (their share in "
+            "every fit and answer, and the quota). Purge them first (costmodel "
+            f"measurements purge --writer {name}) or choose another name"
         )
 
 

@@ -12,6 +12,7 @@ import anyio
 import httpx
 import numpy as np
 import pytest
+from answer_keys import BEST_KEYS
 from servicekit import AppClient, metric, program
 
 from xla_costmodel.service.store import MeasurementStore, default_sqlite_url
@@ -21,23 +22,6 @@ pytestmark = pytest.mark.anyio
 TARGET = "cpu-intel-6.167-avx512"  # the shipped xla_cpu model's
 DEFAULT = xla_cpu.default_row().tolist()
 ROWS = xla_cpu.sample(8, seed=5)[1:].tolist()  # row 0 is the default
-BEST_KEYS = {
-    "graph_id",
-    "target",
-    "config",
-    "compiler_options",
-    "speedup",
-    "speedup_low",
-    "p_value",
-    "writers",
-    "decided_at",
-    "compiler",
-    "stale",
-    "model",
-    "kept_default",
-    "pairs",
-    "strategy",
-}
 # Nothing but the test's own requests may send statements.
 QUIET = {"knowledge_refresh_s": 3600.0, "fleet_refresh_s": 3600.0}
 

@@ -12,12 +12,12 @@ import pytest
 
 from xla_costmodel.harness import free_port
 from xla_costmodel.service.core import recent
-from xla_costmodel.service.core.recent import RecentRankings
+from xla_costmodel.service.core.recent import RankingKey, RecentRankings
 from xla_costmodel.service.core.redis_store import RedisStore, connect, recent_key
 
 pytestmark = pytest.mark.anyio
-KEY = ("tile", "1", "g" * 64, "a" * 32)
-OTHER = ("tile", "1", "g" * 64, "b" * 32)  # another answer for the same graph
+KEY = RankingKey("tile", "1", "g" * 64, "a" * 32)
+OTHER = RankingKey("tile", "1", "g" * 64, "b" * 32)  # another answer for the same graph
 MiB = 1 << 20
 
 
@@ -119,15 +119,15 @@ async def test_a_fresh_ranking_id_is_valid_before_its_set_lands(
     """The answer does not wait for Redis: a feedback reaching another worker at once
     waits out the SET; an id nobody remembered answers None within the grace."""
     a, b = (RecentRankings(MiB, store, Events()) for store in stores)
-    key = ("tile", "1", "g" * 64, recent.new_ranking_id())
+    key = RankingKey("tile", "1", "g" * 64, recent.new_ranking_id())
     a.remember(key, *batch(6))  # no await: the SET is a background task
     found = await b.recall(key)
     assert found is not None and len(found[1]) == 6
-    unknown = ("tile", "1", "g" * 64, recent.new_ranking_id())
+    unknown = RankingKey("tile", "1", "g" * 64, recent.new_ranking_id())
     start = time.monotonic()
     assert await b.recall(unknown) is None
     assert time.monotonic() - start <= recent.WRITE_GRACE_S + 0.2
-    old = ("tile", "1", "g" * 64, recent.new_ranking_id(time.time() - 60))
+    old = RankingKey("tile", "1", "g" * 64, recent.new_ranking_id(time.time() - 60))
     start = time.monotonic()
     assert await b.recall(old) is None
     # Long landed, or never: no waiting (well under the grace a fresh id gets).
@@ -170,7 +170,9 @@ async def test_batches_queued_together_all_reach_redis(
     """Answers remembered in one go share the background writer's pipeline; every
     batch lands, and another worker recalls each by its own id."""
     a, b = (RecentRankings(MiB, store, Events()) for store in stores)
-    keys = [("tile", "1", "g" * 64, recent.new_ranking_id()) for _ in range(20)]
+    keys = [
+        RankingKey("tile", "1", "g" * 64, recent.new_ranking_id()) for _ in range(20)
+    ]
     for n, key in enumerate(keys):
         a.remember(key, *batch(n + 1))
     await a.aclose()

@@ -45,6 +45,18 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.redis_url is None and s.admin_token is None
 
 
+def test_a_variable_that_is_no_longer_a_setting_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COSTMODEL_NO_SUCH_SETTING", "1")
+    Settings()  # an unknown name is ignored (pydantic-settings)...
+    monkeypatch.setenv("COSTMODEL_ADAPT_CACHE_ENTRIES", "64")
+    with pytest.raises(ValidationError, match="COSTMODEL_ADAPT_CACHE_ENTRIES is no"):
+        Settings()  # ...one that was a setting is not: its value would not apply
+    with pytest.raises(typer.BadParameter, match="COSTMODEL_ADAPT_CACHE_ENTRIES"):
+        cli.serve()  # the start fails before anything is served
+
+
 @pytest.mark.parametrize(
     "bad",
     [

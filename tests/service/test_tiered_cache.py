@@ -134,9 +134,9 @@ async def test_tiered_cache_refuses_bytes_its_codec_refuses(redis_url: str) -> N
         raise Rejected("not for this caller", "shape")
 
     assert await cache.get("bad") is None
-    assert await cache.fetch("odd", picky) is None
-    assert await cache.fetch("odd") == "odd"
-    assert "odd" not in cache.memory  # fetch reads Redis alone
+    assert await cache.redis_get("odd", picky) is None
+    assert await cache.redis_get("odd") == "odd"
+    assert not cache.memory_has("odd")  # redis_get reads Redis alone
     assert events.seen == [
         ("error", "redis", "t_decode"),
         ("error", "redis", "t_shape"),
@@ -161,7 +161,7 @@ async def test_tiered_cache_cools_down_after_a_redis_failure(
         assert not redis.available
         assert await cache.get("k") == ("v", "memory")
         assert await cache.get("other") is None  # skipped: cooling down
-        await cache.store("other", "x")
+        await cache.redis_set("other", "x")
         assert events.seen[1:] == [("bypass", "redis"), ("bypass", "redis")]
     finally:
         redis_server.start()

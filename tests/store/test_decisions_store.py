@@ -13,6 +13,7 @@ from xla_costmodel.service.store import (
     IdempotencyKeyReused,
     MeasurementStore,
 )
+from xla_costmodel.service.store.writers import WriterNameInUse
 
 GRAPH = "ab" * 32
 
@@ -67,3 +68,35 @@ def test_only_servable_writers_decisions_are_read(store: MeasurementStore) -> No
     assert store.decisions.for_graph("layout", "cpu", GRAPH) == []
     with pytest.raises(ValueError, match="speedup"):
         store.decisions.add(record([[1.0] * 18], speedup_low=2.0))
+
+
+def test_a_purge_deletes_the_writers_decisions(store: MeasurementStore) -> None:
+    """Else ``GET /v1/best`` goes on serving what a removed writer decided."""
+
+    def served() -> list[str | None]:
+        return [d.writer for d in store.decisions.for_graph("layout", "tpu-v3", GRAPH)]
+
+    store.writers.create("gone")
+    store.writers.create("kept")
+    for writer in ("gone", "gone", "kept", None):
+        store.decisions.add(record([[1.0] * 18], writer=writer))
+    assert served() == ["gone", "gone", "kept", None]
+    assert store.writers.purge("gone") == 0  # it stored no measurements
+    assert served() == ["kept", None]
+    store.writers.purge("anonymous")  # the decisions stored without a token
+    assert served() == ["kept"]
+    assert store.decisions.counts() == {("layout", "layout", "tpu-v3"): 1}
+
+
+def test_a_revoked_name_with_decisions_is_not_given_to_a_new_writer(
+    store: MeasurementStore,
+) -> None:
+    """Revoked, its decisions are hidden; a new token under its name would serve
+    them again, so the name stays taken until they are purged."""
+    store.writers.create("gone")
+    store.decisions.add(record([[1.0] * 18], writer="gone"))
+    store.writers.revoke("gone")
+    with pytest.raises(WriterNameInUse, match="1 decisions still carry its name"):
+        store.writers.create("gone")
+    store.writers.purge("gone")
+    assert store.writers.create("gone").startswith("cmw_")
