@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from xla_costmodel.bench.report import GOALS, KEYS, markdown
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 DATE = re.compile(r"20\d\d-\d\d-\d\d")
@@ -83,6 +85,24 @@ def test_the_tile_table_quotes_the_shipped_manifest() -> None:
             " / ".join(f"{graph['random'][k]:.3f}" for k in keys),
             f"{graph['default']['top1_slowdown']:.3f}",
         ], name
+
+
+def test_the_bench_tables_quote_their_json() -> None:
+    """docs/benchmarks.md quotes ``bench/results/bench_full.json`` as the bench's report
+    renders it (the main table with its goal column, the peer and workers tables, the
+    run's line), and the goals marked there are the current goals' verdicts."""
+    ran = load("bench/results/bench_full.json")
+    assert ran["mode"] == "full"
+    assert ran["goals"] == {key: goal.check(ran) for key, goal in GOALS.items()}
+    text = (DOCS / "benchmarks.md").read_text()
+    blocks = markdown(ran).strip().split("\n\n")
+    main = blocks[0].splitlines()
+    assert len(main) == 2 + len(KEYS)
+    for block in blocks:
+        assert block in text, block.splitlines()[0]
+    # No second row for a figure of the main table elsewhere on the page.
+    for key in KEYS:
+        assert text.count(f"| `{key}` (") == 1, key
 
 
 def test_every_page_with_measured_figures_says_when_and_where() -> None:
