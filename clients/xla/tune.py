@@ -76,7 +76,7 @@ from xla_costmodel.clients.xla.tune_config import (
     default_crash_dir,
 )
 from xla_costmodel.clients.xla.tune_report import RunState, TuneReport, build_report
-from xla_costmodel.clients.xla.tune_rounds import Measured, Rounds
+from xla_costmodel.clients.xla.tune_rounds import Candidate, Rounds
 from xla_costmodel.tpugraphs import machine, xla_cpu
 
 __all__ = ["Autotuned", "TuneConfig", "TuneReport", "autotuned", "tune"]
@@ -242,7 +242,7 @@ def _with_row(rows: Rows, config: Sequence[float]) -> tuple[Rows, int]:
     return np.vstack([rows, row[None]]), len(rows)
 
 
-def _check_known(state: RunState, run: Rounds, log: Log) -> Measured | None:
+def _check_known(state: RunState, run: Rounds, log: Log) -> Candidate | None:
     """Check the fleet's decision before any search: a fresh one that holds ends the
     run (``state.reused``; the kept config, None for the default); one that does
     not hold, or a stale one, is adopted as the run's first measured config."""
@@ -321,7 +321,7 @@ def _tell(
     client: CostModelClient,
     run: Rounds,
     rows: Rows,
-    chosen: Measured | None,
+    chosen: Candidate | None,
     default_ns: int,
     best_ns: int,
 ) -> None:

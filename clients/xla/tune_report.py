@@ -13,7 +13,7 @@ from xla_costmodel.clients.wire import BestKnown
 from xla_costmodel.clients.xla import reuse
 from xla_costmodel.clients.xla.pickers import Picker
 from xla_costmodel.clients.xla.tune_config import Options, Rows, TuneConfig
-from xla_costmodel.clients.xla.tune_rounds import Measured, Rounds
+from xla_costmodel.clients.xla.tune_rounds import Candidate, Rounds
 from xla_costmodel.tpugraphs import xla_cpu
 
 
@@ -94,7 +94,7 @@ class RunState:
 def build_report(
     state: RunState,
     run: Rounds,
-    chosen: Measured | None,
+    chosen: Candidate | None,
     ns: tuple[int, int],
     noise: float,
     started: float,
@@ -133,10 +133,10 @@ def build_report(
 
 
 def _reason(
-    chosen: Measured | None,
+    chosen: Candidate | None,
     default_ns: int,
     best_ns: int,
-    measured: list[Measured],
+    measured: list[Candidate],
     cfg: TuneConfig,
 ) -> str:
     rule = (
@@ -156,7 +156,7 @@ def _reason(
     return f"no config was faster than the default ({rule}): kept the default"
 
 
-def _entry(m: Measured, rows: Rows) -> dict[str, Any]:
+def _entry(m: Candidate, rows: Rows) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "compiler_options": xla_cpu.to_options(rows[m.row]),
         "ms": m.ns / 1e6,

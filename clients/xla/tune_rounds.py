@@ -28,7 +28,7 @@ from xla_costmodel.tpugraphs import xla_cpu
 
 
 @dataclass
-class Measured:
+class Candidate:
     """One measured config of the run."""
 
     row: int
@@ -69,7 +69,7 @@ class Rounds:
         self.bench, self.rows, self.cfg, self.log = bench, rows, cfg, log
         # Row 0, the default, is measured as the controls; crashed rows are left out.
         self.tried = {0} | bench.crashed_rows(rows)
-        self.measured: list[Measured] = []
+        self.measured: list[Candidate] = []
         self.failed: list[dict[str, Any]] = []
         self.rounds: list[RoundLog] = []
         self.notes: list[str] = []
@@ -124,7 +124,7 @@ class Rounds:
             )
         return ""
 
-    def verify(self, row: int, options: Options) -> Measured | None:
+    def verify(self, row: int, options: Options) -> Candidate | None:
         """Compile ``row`` alone and compare it with the default in interleaved
         pairs (a stored decision, checked before any search); None if it did not
         compile. Counts as one config of the budget."""
@@ -137,7 +137,7 @@ class Rounds:
         verdict, d, c = self.bench.verify(entry.executable, reuse=True)
         self.pairs += len(d)
         dn, cn = int(np.median(d)), int(np.median(c))
-        return Measured(
+        return Candidate(
             row,
             0,
             cn,
@@ -148,14 +148,14 @@ class Rounds:
             verdict=verdict,
         )
 
-    def adopt(self, m: Measured) -> None:
+    def adopt(self, m: Candidate) -> None:
         """Count ``m``, measured before the rounds (a stored decision that was
         checked first), as one of the run's measured configs."""
         self.tried.add(m.row)
         self.measured.append(m)
         self._keep_best()
 
-    def _measure(self, r: int, picks: list[int]) -> tuple[list[Measured], int]:
+    def _measure(self, r: int, picks: list[int]) -> tuple[list[Candidate], int]:
         options = [xla_cpu.to_options(self.rows[i]) for i in picks]
         compiled = self.bench.compile(
             [config_key(self.rows[i]) for i in picks], options
@@ -172,7 +172,7 @@ class Rounds:
         ]
         ns, default_ns = self.bench.measure([e for _, e in ok])
         new = [
-            Measured(i, r, t, t / default_ns, e)
+            Candidate(i, r, t, t / default_ns, e)
             for (i, e), t in zip(ok, ns, strict=True)
         ]
         self.measured += new
@@ -185,7 +185,7 @@ class Rounds:
         for m in ranked[self.cfg.finalists :]:
             m.executable = None
 
-    def decide(self) -> tuple[Measured | None, int, float]:
+    def decide(self) -> tuple[Candidate | None, int, float]:
         """Verify ``policy.finalists`` against the default (``Bench.verify``: as many
         interleaved pairs as the test needs) and keep the fastest kept one: the
         chosen config (None: the default), the default's runtime (median of its

@@ -53,7 +53,7 @@ from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.periodic import Periodic
 from xla_costmodel.service.store import MeasurementStore, StoreError
-from xla_costmodel.service.store.records import Measured
+from xla_costmodel.service.store.records import StoredRows
 from xla_costmodel.tpugraphs import knowledge as kn
 from xla_costmodel.tpugraphs.collections import get as collection_spec
 
@@ -325,7 +325,7 @@ def _generation(
     return store.target_generation(collection, target)
 
 
-def _programs(rows: dict[str, Measured]) -> list[tuple[str, str | None, str | None]]:
+def _programs(rows: dict[str, StoredRows]) -> list[tuple[str, str | None, str | None]]:
     """(graph, writer, compiler) of every program the rows hold, oldest first (by
     its newest row), each writer's newest ``MAX_WRITER_PROGRAMS`` only: the records
     the fit would keep, so a flood of graphs is not even summarised."""

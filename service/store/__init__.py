@@ -18,10 +18,10 @@ from xla_costmodel.service.store.errors import (
 )
 from xla_costmodel.service.store.records import (
     AddResult,
-    Measured,
     MeasurementBatch,
     Quota,
     StoredGraph,
+    StoredRows,
 )
 from xla_costmodel.service.store.store import MeasurementStore
 from xla_costmodel.service.store.writers import (
@@ -36,7 +36,6 @@ __all__ = [
     "DecisionAdded",
     "DecisionRecord",
     "IdempotencyKeyReused",
-    "Measured",
     "MeasurementBatch",
     "MeasurementStore",
     "Quota",
@@ -44,6 +43,7 @@ __all__ = [
     "StoreUnavailable",
     "StoredDecision",
     "StoredGraph",
+    "StoredRows",
     "UnknownGraph",
     "UnknownWriter",
     "Writer",

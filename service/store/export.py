@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from xla_costmodel.service.store.records import Measured, StoredGraph
+from xla_costmodel.service.store.records import StoredGraph, StoredRows
 from xla_costmodel.service.store.store import MeasurementStore
 from xla_costmodel.service.store.writers import ANONYMOUS
 from xla_costmodel.tpugraphs.collections import get
@@ -95,7 +95,7 @@ def export_dataset(
 
 
 def dataset_arrays(
-    graph: StoredGraph, measured: Measured, collection: str | None = None
+    graph: StoredGraph, measured: StoredRows, collection: str | None = None
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
     """(TpuGraphs arrays, number of distinct configs) of one graph's measurements of
     ``collection`` (default: the one the graph was stored under)."""
@@ -138,8 +138,8 @@ def dataset_arrays(
 
 
 def _selected(
-    measured: Measured, wanted: set[str] | None, exclude: Sequence[str]
-) -> Measured:
+    measured: StoredRows, wanted: set[str] | None, exclude: Sequence[str]
+) -> StoredRows:
     """The rows of the ``wanted`` writers (None: all) but ``exclude``'s."""
     names = [ANONYMOUS if w is None else w for w in measured.writers]
     keep = [
@@ -149,7 +149,7 @@ def _selected(
     ]
     if len(keep) == len(names):
         return measured
-    return Measured(
+    return StoredRows(
         configs=measured.configs[keep],
         runtimes_ns=measured.runtimes_ns[keep],
         scores=measured.scores[keep],

@@ -104,7 +104,7 @@ class AddResult:
 
 
 @dataclass(frozen=True)
-class Measured:
+class StoredRows:
     """Measurements of one (collection, target, graph), in id (insertion) order.
 
     With no rows, ``configs`` has shape (0,).

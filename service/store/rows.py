@@ -1,6 +1,6 @@
 """Measurements as table rows and back: a ``MeasurementBatch`` as rows of the
 ``measurements`` table (configs encoded by ``codec.py``), and selected rows as the
-arrays of ``Measured``."""
+arrays of ``StoredRows``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from xla_costmodel.service.store import codec
-from xla_costmodel.service.store.records import Measured, MeasurementBatch
+from xla_costmodel.service.store.records import MeasurementBatch, StoredRows
 
 
 def measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
@@ -46,7 +46,7 @@ def measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
     ]
 
 
-def measured(rows: list[Any]) -> Measured:
+def measured(rows: list[Any]) -> StoredRows:
     """Rows of (id, config, config_dtype, config_shape, runtime_ns, score, writer,
     compiler) as arrays."""
     configs = codec.decode_configs(
@@ -55,7 +55,7 @@ def measured(rows: list[Any]) -> Measured:
         [r.config_shape for r in rows],
     )
     scores = [math.nan if r.score is None else r.score for r in rows]
-    return Measured(
+    return StoredRows(
         configs=configs,
         runtimes_ns=np.array([r.runtime_ns for r in rows], dtype=np.int64),
         scores=np.array(scores, dtype=np.float32),

@@ -32,9 +32,9 @@ from xla_costmodel.service.store.keys import replayed
 from xla_costmodel.service.store.migrate import check_current, upgrade
 from xla_costmodel.service.store.records import (
     AddResult,
-    Measured,
     MeasurementBatch,
     StoredGraph,
+    StoredRows,
 )
 from xla_costmodel.service.store.rows import measured, measurement_rows
 from xla_costmodel.service.store.schema import feedback_keys, graphs, measurements
@@ -207,7 +207,7 @@ class MeasurementStore:
         graph_id: str,
         limit: int | None = None,
         writer: str | None = None,
-    ) -> Measured:
+    ) -> StoredRows:
         """The measurements of a key in id order; with ``limit``, the newest ``limit``
         of each writer (so one writer's flood cannot push the others' rows out);
         with ``writer``, that writer's only."""
@@ -248,7 +248,7 @@ class MeasurementStore:
 
     def target_measurements(
         self, collection: str, target: str, limit: int
-    ) -> dict[str, Measured]:
+    ) -> dict[str, StoredRows]:
         """The newest ``limit`` measurements of each writer on a (collection,
         target) (so one writer's flood cannot push the others' rows out), per graph
         (each graph's rows in id order); one query."""

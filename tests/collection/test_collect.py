@@ -23,8 +23,11 @@ from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.collection.zoo import PROGRAMS, Program, families, select
 from xla_costmodel.tpugraphs import xla_cpu
 
+# These tests check the files, not the noise: on a loaded 2-core machine a control of a
+# microsecond program can take 10x the other (one preemption in a one-run round), and
+# the program was then dropped (seen in make test beside a simulation).
 QUICK = TimingProtocol(
-    runs=1, min_rounds=2, max_rounds=2, budget_s=1.0, attempts=1, noise_threshold=10.0
+    runs=1, min_rounds=2, max_rounds=2, budget_s=1.0, attempts=1, noise_threshold=1e6
 )
 KEYS = {
     "node_feat",
