@@ -102,10 +102,20 @@ def _time_eager(
 
         diff = float(np.max(np.abs(run() - onnx_scores)))
         if diff > SAME_MODEL_ATOL * max(1.0, float(np.max(np.abs(onnx_scores)))):
-            note = f"{path} is not the artifact's model (scores differ by {diff:.3g})"
+            note = f"{_shown(path)} is not the artifact's model (scores differ by {diff:.3g})"
             return EagerResult(None, note, torch.get_num_threads(), diff)
         timings = time_calls(run, budget.repeats, budget.seconds)
-    return EagerResult(timings, f"weights from {path}", torch.get_num_threads(), diff)
+    note = f"weights from {_shown(path)}"
+    return EagerResult(timings, note, torch.get_num_threads(), diff)
+
+
+def _shown(path: Path) -> str:
+    """The checkpoint as the saved JSON names it: relative to the checkout (an absolute
+    path would name the machine that ran the bench)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path.name
 
 
 def load_model(path: Path) -> Any:
