@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xla_costmodel.collection import plain, plain_conv
+from xla_costmodel.collection import plain, plain_conv, plain_loops
 
 Builder = Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]]
 
@@ -557,6 +557,67 @@ PROGRAMS: tuple[Program, ...] = (
         "g_matmul",
         plain.matmul_chain(64, 512, 2048, 2, True),
         "2 matmuls [64,512]x[512,2048]..., silu, training step",
+    ),
+    # loop-heavy programs (plain_loops.py): integrators, samplers, rollouts, optimizers
+    _p(
+        "loop_rk4_kuramoto_1024",
+        "loops",
+        plain_loops.rk4_kuramoto(1024, 300),
+        "RK4 (lax.scan), 1024 Kuramoto oscillators, 300 steps",
+    ),
+    _p(
+        "loop_rk4_kuramoto_128",
+        "loops",
+        plain_loops.rk4_kuramoto(128, 5000),
+        "RK4 (lax.scan), 128 Kuramoto oscillators, 5000 steps",
+    ),
+    _p(
+        "loop_sde_ou_1024",
+        "loops",
+        plain_loops.sde_ou(1024, 1000),
+        "Euler-Maruyama (lax.scan), 1024 OU paths, 1000 steps",
+    ),
+    _p(
+        "loop_rwm_banana_64x8",
+        "loops",
+        plain_loops.rw_metropolis(64, 8, 1000),
+        "random-walk Metropolis (fori_loop), 64 chains x 8 dims, 1000 steps",
+    ),
+    _p(
+        "loop_hmc_16x16",
+        "loops",
+        plain_loops.hmc(16, 16, 1000, 10),
+        "HMC (nested fori_loop), 16 chains x 16 dims, 1000 x 10 leapfrog steps",
+    ),
+    _p(
+        "loop_nbody_32",
+        "loops",
+        plain_loops.nbody(32, 1000),
+        "leapfrog N-body rollout (fori_loop), 32 particles, 1000 steps",
+    ),
+    _p(
+        "loop_gd_rosenbrock_512",
+        "loops",
+        plain_loops.gd_rosenbrock(512, 20000, 1e-5),
+        "momentum GD on Rosenbrock (while_loop + tolerance), 512 dims",
+    ),
+    _p(
+        "loop_indrnn_8x64",
+        "loops",
+        plain_loops.indrnn(8, 500, 32, 64),
+        "LSTM-like IndRNN (lax.scan), batch 8, hidden 64, 500 steps",
+    ),
+    _p(
+        "loop_lotka_volterra_256",
+        "loops",
+        plain_loops.lotka_volterra(256, 40000),
+        "RK4 (fori_loop), 256 predator-prey systems, 40000 steps",
+    ),
+    _p(
+        "loop_heat2d_32",
+        "loops",
+        plain_loops.heat2d(32, 20000),
+        "2-D heat equation stencil (fori_loop), 32x32, 20000 steps",
     ),
 )
 
