@@ -33,7 +33,11 @@ def chaos(
 
     Exits 1 when feedback the service acknowledged is missing from the database.
     """
-    # Imported here: building the ``costmodel`` app must not load the benchmark.
+    # Imported here: building the ``costmodel`` app must not load the benchmark, and
+    # an install without the test harness says so in one line (bench/__init__.py).
+    from xla_costmodel.bench import require_harness
+
+    require_harness("costmodel chaos")
     from xla_costmodel.chaos.harness import PLANS, run
 
     console = Console(stderr=True)

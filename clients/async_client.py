@@ -90,6 +90,11 @@ class AsyncCostModelClient(ClientCore):
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    @property
+    def base_url(self) -> str:
+        """The service's URL, as httpx normalised ``base_url`` (a path ends in "/")."""
+        return str(self._http.base_url)
+
     async def rank(
         self,
         model: str,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import httpx
 import typer
@@ -28,69 +29,86 @@ DEFAULT_BUDGET = 5  # the tile task's historical top-5
 REPLAY_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=60.0, pool=10.0)
 
 
-# Over 60 lines for its typer options only (one parameter per flag); the body is short.
-def replay(
-    server: str = typer.Option(
-        "http://127.0.0.1:8000", "--server", help="Service base URL."
-    ),
-    data: list[Path] = typer.Option(
-        ...,
+# One alias per flag, in the order of --help: the command reads as its parameter list.
+ServerOption = Annotated[str, typer.Option("--server", help="Service base URL.")]
+DataOption = Annotated[
+    list[Path],
+    typer.Option(
         "--data",
         exists=True,
         help="A labelled TpuGraphs .npz file or a directory of them; repeat for more.",
     ),
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        help="Model to ask (tile|layout). Default: per file, from its keys.",
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", help="Model to ask (tile|layout). Default: per file, from its keys."
     ),
-    budget: int | None = typer.Option(
-        None,
+]
+BudgetOption = Annotated[
+    int | None,
+    typer.Option(
         "--budget",
         min=1,
         help=f"Configs measured per graph (default {DEFAULT_BUDGET}).",
     ),
-    budget_fraction: float | None = typer.Option(
-        None,
+]
+BudgetFractionOption = Annotated[
+    float | None,
+    typer.Option(
         "--budget-fraction",
         min=0.0,
         max=1.0,
         help="Fraction of each graph's configs to measure (at least one).",
     ),
-    rounds: int | None = typer.Option(
-        None,
+]
+RoundsOption = Annotated[
+    int | None,
+    typer.Option(
         "--rounds",
         min=1,
         help="Tune in rounds: each ranks the configs not measured yet, measures the "
         "top --budget and sends them as feedback (the service adapts); reports the "
         "learning curve against the model alone, random and a per-graph model.",
     ),
-    target: str | None = typer.Option(
-        None,
+]
+TargetOption = Annotated[
+    str | None,
+    typer.Option(
         "--target",
         help="Hardware the runtimes are sent under (default: the model's target).",
     ),
-    json_: bool = typer.Option(
-        False, "--json", help="Print one JSON object instead of a table."
-    ),
-    token: str | None = typer.Option(
-        None,
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object instead of a table.")
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
         "--token",
         envvar="COSTMODEL_TOKEN",
         show_envvar=True,
         help="Writer token for the feedback of --rounds (costmodel tokens create).",
     ),
+]
+
+
+def replay(
+    *,  # keyword-only: the required --data keeps its place in --help
+    server: ServerOption = "http://127.0.0.1:8000",
+    data: DataOption,
+    model: ModelOption = None,
+    budget: BudgetOption = None,
+    budget_fraction: BudgetFractionOption = None,
+    rounds: RoundsOption = None,
+    target: TargetOption = None,
+    json_: JsonOption = False,
+    token: TokenOption = None,
 ) -> None:
     """Act as an autotuner on files with measured runtimes and report how well the
     model's top-K does against the true best, the default config and random K."""
-    if budget is not None and budget_fraction is not None:
-        raise typer.BadParameter("give --budget or --budget-fraction, not both")
     try:
-        plan = (
-            Budget(fraction=budget_fraction)
-            if budget_fraction is not None
-            else Budget(count=budget or DEFAULT_BUDGET)
-        )
+        plan = _budget(budget, budget_fraction)
         paths = expand_paths(data)
     except (ValueError, GraphFormatError) as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -105,17 +123,31 @@ def replay(
     if json_:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        # Piped output gets rich's 80-column default; the table needs a little more.
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=100)
-        console.print(render(report))
-        if report.round_means():
-            console.print(render_rounds(report))
-        if report.feedback_unsupported:
-            stderr.print(
-                "[yellow]note:[/yellow] the service has no /v1/feedback; none sent"
-            )
+        _print(report, stderr)
+
+
+def _budget(budget: int | None, budget_fraction: float | None) -> Budget:
+    """What each graph may measure: ``--budget`` configs or ``--budget-fraction``."""
+    if budget is not None and budget_fraction is not None:
+        raise typer.BadParameter("give --budget or --budget-fraction, not both")
+    if budget_fraction is not None:
+        return Budget(fraction=budget_fraction)
+    return Budget(count=budget or DEFAULT_BUDGET)
+
+
+def _print(report: ReplayReport, stderr: Console) -> None:
+    """The tables on stdout, notes on stderr."""
+    # Piped output gets rich's 80-column default; the table needs a little more.
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=100)
+    console.print(render(report))
+    if report.round_means():
+        console.print(render_rounds(report))
+    if report.feedback_unsupported:
+        stderr.print(
+            "[yellow]note:[/yellow] the service has no /v1/feedback; none sent"
+        )
 
 
 def _run(replayer: Replayer, paths: list[Path], console: Console) -> ReplayReport:

@@ -90,6 +90,11 @@ class CostModelClient(ClientCore):
     def close(self) -> None:
         self._http.close()
 
+    @property
+    def base_url(self) -> str:
+        """The service's URL, as httpx normalised ``base_url`` (a path ends in "/")."""
+        return str(self._http.base_url)
+
     def rank(
         self,
         model: str,

@@ -2,6 +2,7 @@
 
     CostModelError                  anything the client raises
     ├── ServiceUnavailable          no answer in time: unreachable, timed out, 408/429/5xx
+    │   ├── NoService               nothing listens at the URL (connection refused)
     │   └── DeadlineExceeded        the caller's deadline passed before an answer
     ├── ApiError                    the service refused the request as sent (4xx)
     │   ├── InvalidRequest          400/413/415/422, or input rejected before sending
@@ -55,6 +56,11 @@ class CostModelError(Exception):
 
 class ServiceUnavailable(CostModelError):
     """The service gave no usable answer: refused, overloaded, not ready, failed, slow."""
+
+
+class NoService(ServiceUnavailable):
+    """No connection to the service's address: most often, no ``costmodel serve`` runs
+    there. The message says so (``NO_SERVICE``); ``__cause__`` is httpx's error."""
 
 
 class DeadlineExceeded(ServiceUnavailable):
@@ -127,6 +133,8 @@ RETRYABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
 # (feedback is idempotent: it carries an Idempotency-Key).
 # A 502/504 comes from a proxy that may have passed the request on before failing.
 NOTHING_DONE_STATUSES = frozenset({408, 429, 503})
+# A connection refused (or no such host): the message every command prints for it.
+NO_SERVICE = "no costmodel service at {url}: start one with `costmodel serve`"
 
 
 def error_from_response(
@@ -194,7 +202,20 @@ def error_from_transport(exc: httpx.TransportError, idempotent: bool) -> CostMod
     maybe_sent = isinstance(
         exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.RemoteProtocolError
     )
+    if isinstance(exc, httpx.ConnectError):
+        # What a newcomer meets first (no server started): say what to do, once
+        # here, for every command and caller that prints the error.
+        return NoService(NO_SERVICE.format(url=_origin(exc)), retryable=True)
     return ServiceUnavailable(
         f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
         retryable=never_sent or (maybe_sent and idempotent),
     )
+
+
+def _origin(exc: httpx.TransportError) -> str:
+    """``scheme://host:port`` the failed request went to (``the URL`` if unknown)."""
+    try:
+        url = exc.request.url
+    except RuntimeError:  # raised outside a client: no request attached
+        return "the URL"
+    return f"{url.scheme}://{url.netloc.decode('ascii')}"

@@ -6,6 +6,11 @@ lowered here to pre-optimization HLO (what the xla_cpu model is trained on; need
 xla extra). The configs are ``--configs N`` sampled XLA:CPU option sets (row 0 XLA's
 default; xla_cpu only) or a file: ``.json`` (a list of raw configs, e.g.
 ``compiler_options`` dicts, or of feature rows) or ``.npy`` (feature rows).
+
+An HLO program ranked by the xla_cpu model is ranked for this machine's CPU
+(``machine.target()``, as ``costmodel tune`` measures it) unless ``--target`` names
+another; the target used is printed. What the program prints while it is imported
+and lowered goes to stderr (``user_output``): stdout carries the table or the JSON.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from rich.table import Table
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.hlo import Hlo
+from xla_costmodel.clients.user_output import to_stderr
 from xla_costmodel.clients.wire import RankResult
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import machine, xla_cpu
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.reader import load_npz
 
@@ -56,7 +62,10 @@ def rank(
     ),
     model: str = typer.Option(XLA_CPU, "--model", help="Model to ask."),
     target: str | None = typer.Option(
-        None, "--target", help="Hardware the ranking is for (default: the model's)."
+        None,
+        "--target",
+        help="Hardware the ranking is for (default: this machine's CPU for an HLO "
+        "program and the xla_cpu model, else the model's).",
     ),
     configs: str | None = typer.Option(
         None,
@@ -72,8 +81,10 @@ def rank(
 ) -> None:
     """Rank configs of a program against a service: the best first, and what shaped
     the ranking (the graph's measurements, the target's knowledge, the prior)."""
-    graph, given = load_graph(program)
+    with to_stderr():  # the user's program may print while imported or traced
+        graph, given = load_graph(program)
     rows, shown = load_configs(configs, given, model, seed)
+    target = target or default_target(model, graph)
     try:
         with CostModelClient(server) as client:
             result = client.rank(model, graph, rows, top_k=top_k, target=target)
@@ -104,6 +115,13 @@ def load_graph(program: str) -> tuple[Any, Any | None]:
             raise typer.BadParameter(f"{path}: {exc}") from None
         return sample.graph, sample.configs
     return Hlo.read(path), None
+
+
+def default_target(model: str, graph: Any) -> str | None:
+    """This machine's target for a program lowered or dumped here (HLO) and ranked by
+    the xla_cpu model, whose targets are CPUs; None (the model's) otherwise: an
+    ``.npz`` carries another machine's graph."""
+    return machine.target() if model == XLA_CPU and isinstance(graph, Hlo) else None
 
 
 def lower(spec: str) -> str:
@@ -222,5 +240,7 @@ def describe(config: Any) -> str:
 def shaped_by(answer: dict[str, Any]) -> str:
     """One line: where the ranking came from."""
     target = answer["target"] or "the model's default"
+    if target == machine.target():
+        target += ", this machine's"
     parts = ", ".join(f"{name} {answer[name]}" for name in SHAPED_BY)
     return f"shaped by: {parts} (target: {target}; cache: {answer['cache']})"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import httpx
 
@@ -67,41 +67,73 @@ class FeedbackResult:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+Pairs = tuple[tuple[int, int], ...]  # (default_ns, config_ns), timed together
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refuted:
+    """The fleet's answer a writer compiled and found wrong: ``"slower"`` than the
+    default in ``paired_runtimes_ns``, or ``"outputs"`` different from the default's
+    (no pairs). The service counts it against that exact row (docs/reuse.md)."""
+
+    config: tuple[float, ...]
+    reason: Literal["slower", "outputs"]
+    paired_runtimes_ns: Pairs = ()
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "config": [float(v) for v in self.config],
+            "reason": self.reason,
+        }
+        if self.paired_runtimes_ns:
+            body["paired_runtimes_ns"] = [list(p) for p in self.paired_runtimes_ns]
+        return body
+
+
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """A tuning run's final choice for one program on one target, as a tuner sends
     it to ``POST /v1/decisions`` (``CostModelClient.record_decision``).
 
-    ``config`` is the kept row (the default's when nothing won: a result too) and
-    ``compiler_options`` its options; ``speedup`` is the median over ``pairs``
-    interleaved pairs of default / kept, ``speedup_low``..``speedup_high`` its
-    interval and ``p_value`` the test's. ``hlo_fingerprint``
-    (``clients.xla.reuse.fingerprint``) lets ``jit`` find the decision without
-    featurizing the program.
+    ``config`` is the kept row (the default's when nothing won: a result too); the
+    service derives its compiler options from the row and computes the speedup, its
+    interval and p-value from ``paired_runtimes_ns`` (each pair the default and the
+    config timed together; none for a kept default): a client sends measurements,
+    never claims. ``hlo_fingerprint`` (``clients.xla.reuse.fingerprint``) lets
+    ``jit`` find the decision without featurizing the program.
     """
 
     graph_id: str
     config: tuple[float, ...]
-    compiler_options: Mapping[str, Any]
-    speedup: float
-    speedup_low: float
-    pairs: int
+    paired_runtimes_ns: Pairs
     budget: int
     strategy: str
     kept_default: bool
     target: str | None = None
     compiler: str | None = None
-    speedup_high: float | None = None
-    p_value: float | None = None
     hlo_fingerprint: str | None = None
+    refuted: Refuted | None = None
 
     def to_json(self, model: str, model_version: str | None) -> dict[str, Any]:
-        body = {k: v for k, v in asdict(self).items() if v is not None}
-        body["config"] = [float(v) for v in self.config]
-        body["compiler_options"] = dict(self.compiler_options)
-        body["model"] = model
-        if model_version is not None:
-            body["model_version"] = model_version
+        body: dict[str, Any] = {
+            "model": model,
+            "graph_id": self.graph_id,
+            "config": [float(v) for v in self.config],
+            "budget": self.budget,
+            "strategy": self.strategy,
+            "kept_default": self.kept_default,
+        }
+        if self.paired_runtimes_ns:
+            body["paired_runtimes_ns"] = [list(p) for p in self.paired_runtimes_ns]
+        optional = {
+            "model_version": model_version,
+            "target": self.target,
+            "compiler": self.compiler,
+            "hlo_fingerprint": self.hlo_fingerprint,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        if self.refuted is not None:
+            body["refuted"] = self.refuted.to_json()
         return body
 
 
@@ -124,11 +156,14 @@ class BestKnown:
     decided_at: str
     compiler: str | None
     stale: bool
+    kept_default: bool = False
 
     @property
     def is_default(self) -> bool:
-        """The program's tuning kept XLA's default."""
-        return not self.compiler_options
+        """The program's tuning kept XLA's default. Clients never compile
+        ``compiler_options`` as sent: they derive options from ``config``
+        (``clients.xla.reuse.options_of``)."""
+        return self.kept_default
 
 
 @dataclass(frozen=True)
@@ -189,6 +224,7 @@ def parse_best(response: httpx.Response) -> BestKnown:
             decided_at=str(body["decided_at"]),
             compiler=None if compiler is None else str(compiler),
             stale=bool(body["stale"]),
+            kept_default=bool(body.get("kept_default", False)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"best answer: bad or missing field {exc}") from None
@@ -231,7 +267,9 @@ __all__ = [
     "FeedbackResult",
     "GraphInfo",
     "ModelInfo",
+    "Pairs",
     "RankResult",
+    "Refuted",
     "fallback_result",
     "parse_rank",
 ]

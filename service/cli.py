@@ -24,53 +24,63 @@ from xla_costmodel.service.workers import run_workers
 GRACEFUL_SHUTDOWN_S = 10
 
 
-# Over 60 lines for its typer options only (one parameter per flag); the body is short.
+# One alias per flag, in the order of --help: the command reads as its parameter list.
+HostOption = Annotated[
+    str | None, typer.Option(help="bind address (default 127.0.0.1)")
+]
+PortOption = Annotated[int | None, typer.Option(help="port (default 8000)")]
+ModelDirOption = Annotated[
+    Path | None, typer.Option(help="artifact root: <dir>/<model>/<version>/")
+]
+RedisUrlOption = Annotated[
+    str | None,
+    typer.Option(help="redis://host:port/db; none = in-process cache only"),
+]
+DatabaseUrlOption = Annotated[
+    str | None,
+    typer.Option(help="sqlite:///PATH or postgresql://...; none = data/costmodel.db"),
+]
+ModelsOption = Annotated[
+    str | None,
+    typer.Option(help="comma-separated model names (default tile,layout,xla_cpu)"),
+]
+LogLevelOption = Annotated[str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR")]
+RayOption = Annotated[
+    bool,
+    typer.Option(
+        "--ray",
+        help="replicas on Ray Serve (local Ray, or RAY_ADDRESS); needs the ray "
+        "extra; see docs/serving-ray.md",
+    ),
+]
+ReplicasOption = Annotated[
+    int, typer.Option(min=1, help="with --ray: number of replicas")
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="uvicorn worker processes, each loading the models (default 1); "
+        "see docs/serving-workers.md",
+    ),
+]
+
+
 def serve(
-    host: Annotated[
-        str | None, typer.Option(help="bind address (default 127.0.0.1)")
-    ] = None,
-    port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
-    model_dir: Annotated[
-        Path | None, typer.Option(help="artifact root: <dir>/<model>/<version>/")
-    ] = None,
-    redis_url: Annotated[
-        str | None,
-        typer.Option(help="redis://host:port/db; none = in-process cache only"),
-    ] = None,
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            help="sqlite:///PATH or postgresql://...; none = data/costmodel.db"
-        ),
-    ] = None,
-    models: Annotated[
-        str | None,
-        typer.Option(help="comma-separated model names (default tile,layout,xla_cpu)"),
-    ] = None,
-    log_level: Annotated[
-        str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR")
-    ] = None,
-    ray: Annotated[
-        bool,
-        typer.Option(
-            "--ray",
-            help="replicas on Ray Serve (local Ray, or RAY_ADDRESS); needs the ray "
-            "extra; see docs/serving-ray.md",
-        ),
-    ] = False,
-    replicas: Annotated[
-        int, typer.Option(min=1, help="with --ray: number of replicas")
-    ] = 2,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="uvicorn worker processes, each loading the models (default 1); "
-            "see docs/serving-workers.md",
-        ),
-    ] = None,
+    host: HostOption = None,
+    port: PortOption = None,
+    model_dir: ModelDirOption = None,
+    redis_url: RedisUrlOption = None,
+    database_url: DatabaseUrlOption = None,
+    models: ModelsOption = None,
+    log_level: LogLevelOption = None,
+    ray: RayOption = False,
+    replicas: ReplicasOption = 2,
+    workers: WorkersOption = None,
 ) -> None:
     """Serve the cost models (tile, layout, xla_cpu by default) over HTTP (see /docs)."""
+    # The options given, as Settings fields: worker processes and Ray replicas
+    # rebuild their Settings from these (and the environment) on their side.
     overrides: dict[str, Any] = {
         "host": host,
         "port": port,
@@ -90,10 +100,14 @@ def serve(
         if settings.workers > 1:
             raise typer.BadParameter("--workers and --ray exclude each other")
         _serve_on_ray(settings, overrides, replicas)
-        return
-    if settings.workers > 1:
+    elif settings.workers > 1:
         run_workers(settings, overrides, GRACEFUL_SHUTDOWN_S)
-        return
+    else:
+        _serve_here(settings)
+
+
+def _serve_here(settings: Settings) -> None:
+    """One uvicorn server in this process."""
     # Imported here: with --workers the parent never loads onnxruntime (~90 MiB).
     from xla_costmodel.service.app import create_app
 

@@ -123,6 +123,18 @@ async def get_writer(
 WriterDep = Annotated[Writer | None, Depends(get_writer)]
 
 
+async def get_anonymous(request: Request) -> bool:
+    """Whether this server accepts anonymous writes on the request's port now
+    (feedback auth ``off``, or ``auto`` listening on loopback only): only then are
+    anonymous decisions served (``core/best.py``)."""
+    server = request.scope.get("server")
+    port = server[1] if server and isinstance(server[1], int) else None
+    return await _core(request).feedback_auth.anonymous_open(port)
+
+
+AnonymousDep = Annotated[bool, Depends(get_anonymous)]
+
+
 async def get_client(request: Request) -> str:
     """The rank request's client, for per-client budgets (``core/clients.py``)."""
     ids = _core(request).clients

@@ -13,6 +13,7 @@ from typing import Any
 
 from xla_costmodel.service.core.errors import (
     DecisionsUnavailable,
+    DecisionUnmeasured,
     FeedbackUnavailable,
     Forbidden,
     GraphMetadataAmbiguous,
@@ -39,6 +40,7 @@ from xla_costmodel.service.core.errors import (
 
 __all__ = [
     "HTTP_STATUS",
+    "DecisionUnmeasured",
     "DecisionsUnavailable",
     "FeedbackUnavailable",
     "Forbidden",
@@ -70,6 +72,7 @@ __all__ = [
 HTTP_STATUS: dict[type[ServiceError], int] = {
     InvalidRequest: 422,
     IdempotencyConflict: 422,
+    DecisionUnmeasured: 422,
     MalformedBody: 400,
     UnsupportedMediaType: 415,
     PayloadTooLarge: 413,

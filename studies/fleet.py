@@ -1,5 +1,5 @@
 """``costmodel simulate [--quick] [--json] [--budgets 1,2,4,8,16]`` (``make
-xla-tuning``): the fleet simulation.
+xla-tuning``; the command is ``simulate_cli``): the fleet simulation.
 
 A fleet of tuners on one target, replayed from the collected runtimes of every
 target under ``datasets/xla_cpu/<target>/``. Per target, programs arrive in random
@@ -38,14 +38,12 @@ meets a new CPU.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import typer
 from rich.console import Console
 
 from xla_costmodel import paths
@@ -69,7 +67,7 @@ from xla_costmodel.tpugraphs.knowledge import (
     record,
 )
 
-__all__ = ["geomean", "load_target", "simulate", "simulate_cli", "tune_model"]
+__all__ = ["geomean", "load_target", "priors", "simulate", "tune_model"]
 DATA = paths.XLA_CPU_DATA
 HISTORIES = (0, 5, 10, 20)
 BUDGETS = (8,)
@@ -311,75 +309,3 @@ def priors(data: Path, runs: Path, console: Console) -> dict[str, dict[str, F32]
             target, name = key.split("/", 1)
             out.setdefault(target, {})[name] = np.asarray(scores, np.float32)
     return out
-
-
-def parse_budgets(text: str) -> list[int]:
-    try:
-        out = sorted({int(b) for b in text.split(",") if b.strip()})
-    except ValueError as exc:
-        raise typer.BadParameter(f"comma-separated integers, got {text!r}") from exc
-    if not out or out[0] < 1:
-        raise typer.BadParameter("budgets must be positive integers")
-    return out
-
-
-def simulate_cli(
-    quick: bool = typer.Option(
-        False, "--quick", help="A few programs and orders: seconds."
-    ),
-    json_: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    budgets: str = typer.Option(
-        ",".join(map(str, BUDGETS)),
-        "--budgets",
-        help="Budgets K (configs compiled per run), comma-separated: one row each.",
-    ),
-    orders: int = typer.Option(
-        ORDERS, "--orders", min=1, help="Arrival orders per target."
-    ),
-    seed: int = typer.Option(0, "--seed"),
-    data: Path = typer.Option(
-        DATA, "--data", help="The dataset: one folder per target."
-    ),
-    out: Path | None = typer.Option(
-        None,
-        "--out",
-        help="Also write the JSON here (make xla-tuning: studies/results).",
-    ),
-    plot: Path | None = typer.Option(
-        None, "--plot", help="Also plot speedup against compiles here (PNG)."
-    ),
-    prior: bool = typer.Option(
-        True,
-        "--prior/--no-prior",
-        help="The model's prior, trained leaving each target out (needs the train "
-        "extra; cached in --runs). Off with --quick.",
-    ),
-    runs: Path = typer.Option(paths.RUNS / "xla_cpu" / "cv", "--runs"),
-) -> None:
-    """Fleet simulation: tuning each target's programs after others were tuned."""
-    console = Console(stderr=True, quiet=json_)
-    if not quick and prior and importlib.util.find_spec("torch") is None:
-        typer.echo(
-            "costmodel simulate needs the train extra for the model's prior: "
-            "pip install 'xla-costmodel[train]' (or pass --quick or --no-prior)",
-            err=True,
-        )
-        raise typer.Exit(1)
-    ks = parse_budgets(budgets)
-    found = None if quick or not prior else priors(data, runs, console)
-    result = simulate(
-        data,
-        quick=quick,
-        orders=orders,
-        seed=seed,
-        budgets=ks,
-        priors=found,
-        progress=None if json_ else console.print,
-    )
-    result["prior"] = found is not None
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report.dump(result) + "\n")
-    if plot is not None:
-        console.print(report.plot(result, plot))
-    typer.echo(report.dump(result) if json_ else report.format_result(result))

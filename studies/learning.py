@@ -48,8 +48,8 @@ from typing import Annotated, Any
 import typer
 
 from xla_costmodel import shipped_models
+from xla_costmodel.bench import require_harness
 from xla_costmodel.clients import CostModelClient
-from xla_costmodel.harness import PostgresServer, RedisServer, ServiceServer
 from xla_costmodel.models.shipped import TILE_EPOCHS
 from xla_costmodel.studies import learning_layout, learning_tile, learning_timing
 from xla_costmodel.studies.learning_report import plot, summary
@@ -193,6 +193,8 @@ def service_env(
 
 def run(plan: Plan, shared: Path, log: Log) -> dict[str, Any]:
     """Every phase; each process started here is stopped on the way out."""
+    from xla_costmodel.harness import PostgresServer, RedisServer, ServiceServer
+
     started = time.monotonic()
     result: dict[str, Any] = {
         "mode": plan.mode,
@@ -249,6 +251,8 @@ def run(plan: Plan, shared: Path, log: Log) -> dict[str, Any]:
 @contextmanager
 def served(workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, CostModelClient]]:
     """A service process (its URL) and a client of it, both closed on the way out."""
+    from xla_costmodel.harness import ServiceServer
+
     with (
         ServiceServer(workdir, env) as server,
         CostModelClient(server.url, timeout=120.0) as client,
@@ -279,6 +283,8 @@ def learning(
     ] = DEFAULT_OUT,
 ) -> None:
     """Measure per-graph adaptation end to end (real service, client and replay)."""
+    # Before any work: an install without the process harness says so in one line.
+    require_harness("python -m xla_costmodel.studies.learning")
     from xla_costmodel.bench.data import tpugraphs_root
 
     plan = PLANS["quick" if quick else "full"]

@@ -25,14 +25,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 
 from xla_costmodel import paths
-from xla_costmodel.harness import ServiceServer
-from xla_costmodel.studies.prometheus import PrometheusServer
+from xla_costmodel.bench import require_harness
+
+if TYPE_CHECKING:
+    from xla_costmodel.studies.prometheus import PrometheusServer
 
 DATASETS = paths.XLA_CPU_DATA  # from the repository root (make)
 RESULTS = Path("studies/results")
@@ -168,6 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--programs", type=int, default=12, help="per target")
     parser.add_argument("--out", type=Path, default=RESULTS / "monitoring.png")
     args = parser.parse_args(argv)
+    # Before any import of the process harness: an install without it says so.
+    require_harness("python -m xla_costmodel.studies.monitoring")
+    from xla_costmodel.harness import ServiceServer
+    from xla_costmodel.studies.prometheus import PrometheusServer
+
     fleet = programs(args.programs)
     with TemporaryDirectory(prefix="costmodel-monitoring-") as tmp:
         env = {

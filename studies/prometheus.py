@@ -8,6 +8,10 @@ Debian's ``prometheus`` binary (``make prometheus``), a config written into the 
 directory (job ``costmodel``, as ``deploy/monitoring/rules.yml`` expects), its TSDB
 there too, on a free loopback port. The end-to-end monitoring test and the README's
 rendering of the recorded series (``studies/monitoring.py``) both use it.
+
+A process of the harness (``xla_costmodel.harness.ManagedProcess``), so this module
+imports it and runs from a clone only: ``monitoring`` imports it inside ``main``,
+after ``require_harness``, like the harness itself.
 """
 
 from __future__ import annotations

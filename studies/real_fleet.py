@@ -16,7 +16,9 @@ random@16) are run one after another, each over every program of
    (``datasets/xla_cpu/<target>/``; the default where this CPU was not collected).
 4. Every choice is measured again in this process against two separately compiled
    copies of the default, all of them in shuffled round-robin rounds (``measure.py``:
-   min per round, median over rounds): speedup = default / choice.
+   min per round, median over rounds): speedup = default / choice. Each row also
+   keeps what the tuner's own fresh-process confirmation measured (``confirmed``:
+   every CPU and one CPU, ``clients/xla/confirm.py``) and the load its run saw.
 
 Per strategy: the geometric-mean speedup, the worst program, the tuner's wall time
 (each ``costmodel tune`` process, start to end) and the pairs its decisions spent.
@@ -37,18 +39,21 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xla_costmodel import paths
+from xla_costmodel.bench import require_harness
 from xla_costmodel.clients.xla import probe
 from xla_costmodel.clients.xla.measure import TimingProtocol, measure
 from xla_costmodel.clients.xla.programs import load_program, short
-from xla_costmodel.harness import ServiceServer
 from xla_costmodel.models import xla_cpu_programs
 from xla_costmodel.studies.fleet_report import geomean
 from xla_costmodel.tpugraphs import machine, xla_cpu
+
+if TYPE_CHECKING:
+    from xla_costmodel.harness import ServiceServer
 
 PROGRAMS = Path("examples/fleet_programs.py")  # from the repository root
 OUT = Path("studies/results/real_fleet.json")
@@ -85,6 +90,8 @@ def fixed_options(target: str) -> dict[str, Any]:
 
 def serve(workdir: Path) -> ServiceServer:
     """``costmodel serve`` with the shipped models and an empty database."""
+    from xla_costmodel.harness import ServiceServer
+
     # The fleet figures (GET /v1/targets) refresh every second, for the run's end.
     env = {
         "COSTMODEL_DATA_DIR": str(workdir / "data"),
@@ -177,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--programs", type=int, default=None, help="the first N")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    # Before any import of the process harness: an install without it says so.
+    require_harness("python -m xla_costmodel.studies.real_fleet")
     chosen = [s for s in args.strategies.split(",") if s]
     for s in chosen:
         strategy(s)  # fail early on a typo
@@ -202,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "tuner_speedup": {s: reports[s][program]["speedup"] for s in chosen},
                 "wall_s": {s: round(reports[s][program]["wall_s"], 1) for s in chosen},
                 "pairs": {s: reports[s][program].get("pairs") for s in chosen},
+                # What the tuner's fresh process measured, and the load it saw.
+                "confirmed": {s: _confirmed(reports[s][program]) for s in chosen},
+                "load": {s: reports[s][program].get("load") for s in chosen},
             }
         )
         log(f"{program}: " + "  ".join(f"{s} {speed[s]:.3f}" for s in speed))
@@ -222,6 +234,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
+
+
+def _confirmed(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The finalist's fresh-process figures (``confirm.py``), if one was timed."""
+    c = report.get("confirmed")
+    if not c:
+        return None
+    keys = ("speedup", "p_value", "one_cpu_speedup", "controls", "error")
+    return {k: c.get(k) for k in keys} | {"kept": bool(report["compiler_options"])}
 
 
 def table(result: dict[str, Any]) -> str:

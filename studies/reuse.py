@@ -8,7 +8,8 @@ tokens (``COSTMODEL_FEEDBACK_AUTH=token``, an empty SQLite database):
    tune FILE:NAME --budget 8 --json`` (strategy model): its decisions are stored.
 2. Tuner B (another machine of the same CPU, as far as the service can tell) runs
    the same command on the same programs afterwards; ``--reuse`` is the default, so
-   it verifies A's decision instead of searching.
+   it verifies A's decision instead of searching (compiled and output-checked in
+   its process, timed in a fresh one: ``clients/xla/confirm.py``).
 3. Both choices are measured again in this process against two separately compiled
    copies of the default (``real_fleet.remeasure``).
 4. For each program, a fresh Python process calls the drop-in ``jit(fn,
@@ -35,8 +36,8 @@ from typing import Any
 
 import httpx
 
+from xla_costmodel.bench import require_harness
 from xla_costmodel.clients.xla.programs import short
-from xla_costmodel.harness import ServiceServer
 from xla_costmodel.studies.fleet import geomean
 from xla_costmodel.studies.real_fleet import COMMAND, PROGRAMS, names, remeasure
 from xla_costmodel.tpugraphs import machine
@@ -105,6 +106,10 @@ def compiles(report: dict[str, Any]) -> int:
 
 
 def main() -> None:
+    # Before any import of the process harness: an install without it says so.
+    require_harness("python -m xla_costmodel.studies.reuse")
+    from xla_costmodel.harness import ServiceServer
+
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reuse-") as tmp:
@@ -155,6 +160,9 @@ def _row(
         "a_decided": bool(a.get("decision_stored")),
         "b_reused": b["reused"],
         "b_verified": b["verified"],
+        "b_refuted": b.get("refuted"),
+        "a_confirmed": a.get("confirmed"),
+        "load": {"a": a.get("load"), "b": b.get("load")},
         "a_compiles": compiles(a),
         "b_compiles": compiles(b),
         "a_tune_s": a["seconds"],

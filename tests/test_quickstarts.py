@@ -10,6 +10,7 @@ required), started the same way before the block runs.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -148,8 +149,15 @@ def test_quickstart_c_a_fleet_with_a_token(
     url, database = fleet
     code = QUICKSTARTS["c"][1]
     assert SERVE_LINE.search(code) and "--workers 2" in code  # as the fixture's
+    # $SERVER is defined by the block (the fixture's URL given here), and the two
+    # tuners, on one host, run one after the other (as the text says they must).
+    assert code.startswith("export SERVER=${SERVER:-")
+    tunes = [line for line in code.splitlines() if line.startswith("costmodel tune")]
+    assert len(tunes) == 2 and not any(line.rstrip().endswith("&") for line in tunes)
     ran = run_block("c", url, tmp_path, {"COSTMODEL_DATABASE_URL": database})
     assert ran.stdout.count("service: xla_cpu:1") == 2, ran.stdout
+    fleet_now = json.loads(ran.stdout.strip().splitlines()[-1])  # the block's curl
+    assert set(fleet_now) == {"as_of", "targets"}, fleet_now
     assert "feedback not stored" not in ran.stdout, ran.stdout  # the token worked
     # Both programs' measurements reached the shared database (the gain is refreshed
     # in the background: COSTMODEL_FLEET_REFRESH_S).

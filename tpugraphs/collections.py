@@ -118,6 +118,13 @@ class CollectionSpec:
     # (xla_cpu: XLA's defaults). Tile files mark their default per kernel by its
     # runtime instead (``default_index``), and layout files not at all: None.
     default_config: tuple[float, ...] | None = None
+    # What one row stands for as a tuning decision: its compiler options, derived
+    # from the row alone; ValueError for a row no tuner could have measured (outside
+    # the spec, or a combination the sampler never draws). None: the rows are not
+    # compiler options (the row itself is the decision: tile, layout).
+    decision_options: Callable[[npt.ArrayLike], Mapping[str, Any]] | None = field(
+        default=None, compare=False
+    )
 
     @property
     def config_input(self) -> str:
@@ -223,6 +230,16 @@ LAYOUT: Final = CollectionSpec(
     dataset_dir="layout/xla/default",
     eval_indices=True,
 )
+
+
+def _xla_cpu_options(row: npt.ArrayLike) -> dict[str, xla_cpu.OptionValue]:
+    """An ``xla_cpu/1`` decision's options: a valid row the sampler draws."""
+    why = xla_cpu.excluded(row)  # validates first (ValueError)
+    if why is not None:
+        raise ValueError(why)
+    return xla_cpu.to_options(row)
+
+
 XLA_CPU_METRICS: Final = MetricSet(TILE_METRICS.ks, TILE_METRICS.slowdown_key, True)
 XLA_CPU: Final = CollectionSpec(
     name="xla_cpu",
@@ -243,6 +260,7 @@ XLA_CPU: Final = CollectionSpec(
     config_spec=xla_cpu.SPEC,
     raw=RawRows(is_xla_cpu_json, xla_cpu_rows_from_json, XLA_CPU_JSON_SCHEMA),
     default_config=tuple(xla_cpu.default_row().tolist()),
+    decision_options=_xla_cpu_options,
 )
 
 COLLECTIONS: Final[Mapping[str, CollectionSpec]] = {

@@ -26,16 +26,23 @@ itself has measurements, how well each program's values explain them (Gaussian i
 the summed squared error of log runtime, ``FIT_SCALE``): a graph that turns out to
 behave like the convolutional programs of the target borrows their winners.
 
-Who vouches for a program counts too (docs/security.md, Poisoning): the programs of
-one *voter* (a writer of the service's measurements) together weigh at most what
-one program of their trust does, however many it stored, and each writer keeps its
-newest ``MAX_WRITER_PROGRAMS``; a record without a voter (the artifact's seeds, the
-fleet simulation's programs) votes alone and is never evicted. A program measured
-under another compiler than the graph's counts at ``FOREIGN_TRUST``, like one of
-another target, and those together never outweigh the compiler's own.
+Who vouches for a program counts too (docs/security.md, Poisoning). For a graph,
+program i weighs w_i = trust_i * exp((cos_i - 1) / SIM_TEMPERATURE) * fit_i (<= 1),
+and the programs of one *voter* (a writer of the service's measurements) are scaled
+together so that they sum to exactly max_i w_i over its own: however many it
+stored, a writer weighs what its single most similar (best-fitting) program does,
+in ``predict``'s mean, ``portfolio``'s coverage and the evidence alike. Every value
+a program has, measured or guessed by its additive model, lies within
+``MAX_EFFECT`` (16x) of its default, so its weighted mean does too. Each writer
+keeps its newest ``MAX_WRITER_PROGRAMS``; a record without a voter (the artifact's
+seeds, the fleet simulation's programs) votes alone and is never evicted. A program
+measured under another compiler than the graph's counts at ``FOREIGN_TRUST``, like
+one of another target, and those together never outweigh the compiler's own.
 
 A program's record (``ProgramRecord``, ``record``, ``summarize``, ``foreign``, the
-seeds' file) has its own module, ``program_record.py``, re-exported here.
+seeds' file) has its own module, ``program_record.py``, re-exported here; so has the
+one vote per writer (which records a fit keeps, each voter's weights scaled
+together), ``knowledge_weights.py``.
 
 Deterministic, numpy only; the service refits it off the request path and the fleet
 simulation (``costmodel simulate``) runs the same code. The constants were chosen by
@@ -50,6 +57,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from xla_costmodel.tpugraphs import knowledge_weights as votes
+from xla_costmodel.tpugraphs.knowledge_weights import MAX_PROGRAMS, MAX_WRITER_PROGRAMS
 from xla_costmodel.tpugraphs.program_record import (
     F32,
     F64,
@@ -70,14 +79,9 @@ UNMEASURED = 0.5  # how much a program's ridge guess counts against its measurem
 RIDGE = 1.0  # per-option penalty of a program's additive model (log-runtime units)
 MIN_GAIN = 0.01  # weighted log speedup below which coverage gives way to exploration
 SPREAD = 3  # options two exploration picks differ in, at least (then relaxed)
-MAX_PROGRAMS = 2000  # newest writers' programs kept per target (memory and time)
-# Newest programs kept per writer and target: with one vote a writer gains nothing
-# from more, and this bounds the fit time one token can cause (10 writers fill
-# MAX_PROGRAMS; past it every writer's newest go first, so none evicts the others).
-MAX_WRITER_PROGRAMS = 200
-# A program's value counts at most this far from its default either way (16x): the
-# shipped datasets' widest is 12x, and a claimed 1000x speedup moves a weighted mean
-# no further than a real 16x one.
+# A program's value, measured or guessed, counts at most this far from its default
+# either way (16x): the shipped datasets' widest is 12x, and a claimed 1000x speedup
+# moves a weighted mean no further than a real 16x one.
 MAX_EFFECT = float(np.log(16.0))
 
 
@@ -110,9 +114,9 @@ class Knowledge:
         default = np.asarray(default_row, np.float32).ravel()
         known = [r.compiler for r in records if r.compiler is not None]
         newest = known[-1] if known else None
-        kept = _kept(records)
+        fitted = votes.kept(records)
         width = default.size
-        if not kept:
+        if not fitted:
             empty = np.zeros((0, width), np.float64)
             return cls(
                 default,
@@ -126,33 +130,33 @@ class Knowledge:
                 np.zeros(0),
                 compiler=newest,
             )
-        rows = np.concatenate([r.configs for r in kept]).astype(np.float32)
+        rows = np.concatenate([r.configs for r in fitted]).astype(np.float32)
         program = np.concatenate(
-            [np.full(len(r.rel), i, np.int64) for i, r in enumerate(kept)]
+            [np.full(len(r.rel), i, np.int64) for i, r in enumerate(fitted)]
         )
-        rel = np.concatenate([r.rel for r in kept])
+        rel = np.concatenate([r.rel for r in fitted])
         keys = _keys(rows)
         order = np.argsort(keys, kind="stable")
         rel = np.clip(rel, -MAX_EFFECT, MAX_EFFECT)
         coef = np.stack(
             [
                 _additive(r.configs, np.clip(r.rel, -MAX_EFFECT, MAX_EFFECT), default)
-                for r in kept
+                for r in fitted
             ]
         )
         return cls(
             default,
-            tuple(r.name for r in kept),
-            np.stack([r.summary for r in kept]),
+            tuple(r.name for r in fitted),
+            np.stack([r.summary for r in fitted]),
             keys[order],
             program[order],
             rel[order],
             coef,
-            sum(r.measurements for r in kept),
-            np.array([r.trust for r in kept]),
-            tuple(r.measurements for r in kept),
-            _voters(kept),
-            tuple(r.compiler for r in kept),
+            sum(r.measurements for r in fitted),
+            np.array([r.trust for r in fitted]),
+            tuple(r.measurements for r in fitted),
+            votes.voters(fitted),
+            tuple(r.compiler for r in fitted),
             newest,
         )
 
@@ -160,7 +164,9 @@ class Knowledge:
         """[M, P] each program's value for each config (measured, else its guess)."""
         flat = np.asarray(configs, np.float32).reshape(len(np.asarray(configs)), -1)
         guess = (flat.astype(np.float64) - self.default_row) @ self.coef.T
-        out = UNMEASURED * guess
+        # Capped like a measurement: an additive model adds effects up (eight
+        # options each measured 16x faster made a 256x guess for all eight at once).
+        out = UNMEASURED * np.clip(guess, -MAX_EFFECT, MAX_EFFECT)
         if self.keys.size:
             q = _keys(flat)
             lo = np.searchsorted(self.keys, q, side="left")
@@ -181,8 +187,9 @@ class Knowledge:
         program alike) given its own measured (configs, relative log runtimes), and
         the evidence behind them: the sum of the unnormalised weights, each at most
         its trust (a trusted program exactly like this graph counts 1), each voter's
-        together at most its largest trust. ``compiler``: the graph's (None: the
-        newest the knowledge holds); programs of another count at ``FOREIGN_TRUST``."""
+        together at most its largest single weight (its most similar, best-fitting
+        program's). ``compiler``: the graph's (None: the newest the knowledge holds);
+        programs of another count at ``FOREIGN_TRUST``."""
         other = self._other_compiler(compiler)
         trust = self.trust * np.where(other, FOREIGN_TRUST, 1.0)
         logw = np.log(np.maximum(trust, 1e-300))
@@ -200,10 +207,10 @@ class Knowledge:
                 logw -= err / (2 * FIT_SCALE**2)
         if exclude is not None:
             logw[[i for i, n in enumerate(self.names) if n == exclude]] = -np.inf
-        logw = self._one_vote_each(logw, trust)
-        own = _lse(logw[~other])
+        logw = votes.one_vote_each(logw, self.voters)
+        own = votes.lse(logw[~other])
         if other.any() and np.isfinite(own):  # never more than the compiler's own
-            logw[other] -= max(0.0, _lse(logw[other]) - own)
+            logw[other] -= max(0.0, votes.lse(logw[other]) - own)
         if not self.programs or not np.isfinite(logw).any():
             return np.zeros(self.programs), 0.0
         u = np.exp(np.minimum(logw, 0.0))
@@ -219,25 +226,6 @@ class Knowledge:
         if current is None or len(self.compilers) != self.programs:
             return np.zeros(self.programs, bool)
         return np.array([c not in (None, current) for c in self.compilers], bool)
-
-    def _one_vote_each(self, logw: F64, trust: F64) -> F64:
-        """``logw`` with each voter's programs scaled down together so that their
-        weights sum to at most the voter's largest trust (in logs: no underflow)."""
-        if len(self.voters) != len(logw) or not len(logw):
-            return logw
-        count = int(self.voters.max()) + 1
-        top = np.full(count, -np.inf)
-        np.maximum.at(top, self.voters, logw)
-        base = np.where(np.isfinite(top), top, 0.0)
-        summed = np.bincount(
-            self.voters, weights=np.exp(logw - base[self.voters]), minlength=count
-        )
-        cap = np.zeros(count)
-        np.maximum.at(cap, self.voters, trust)
-        with np.errstate(divide="ignore"):
-            excess = base + np.log(summed) - np.log(np.maximum(cap, 1e-300))
-        excess = np.where(np.isfinite(excess), np.maximum(excess, 0.0), 0.0)
-        return np.asarray(logw - excess[self.voters], np.float64)
 
     def predict(self, configs: npt.ArrayLike, weights: F64) -> F64:
         """[M] the weighted mean relative log runtime (0 = like the default)."""
@@ -308,45 +296,6 @@ def spread(
                 left[i] = False
                 dist = np.minimum(dist, np.abs(flat - flat[i]).sum(1))
     return order
-
-
-def _kept(records: Sequence[ProgramRecord]) -> list[ProgramRecord]:
-    """Every record without a voter; of each voter's, its newest
-    ``MAX_WRITER_PROGRAMS``; past ``MAX_PROGRAMS`` voted ones, every voter's newest
-    first, then every voter's second newest... (``records``: oldest first)."""
-    age: dict[int, int] = {}  # record -> how many of its voter's are newer
-    seen: dict[str, int] = {}
-    for i in range(len(records) - 1, -1, -1):
-        voter = records[i].voter
-        if voter is not None:
-            age[i] = seen.get(voter, 0)
-            seen[voter] = age[i] + 1
-    fair = sorted((a, -i) for i, a in age.items() if a < MAX_WRITER_PROGRAMS)
-    keep = {-j for _, j in fair[:MAX_PROGRAMS]}
-    return [r for i, r in enumerate(records) if r.voter is None or i in keep]
-
-
-def _voters(records: Sequence[ProgramRecord]) -> I64:
-    """[P] each record's voter as an index; a record without one is its own."""
-    index: dict[str, int] = {}
-    out: list[int] = []
-    for r in records:
-        if r.voter is None:
-            out.append(len(index) + len(out))  # unique: never a key's index
-        else:
-            out.append(index.setdefault(r.voter, -1 - len(index)))
-    arr = np.asarray(out, np.int64)
-    _, dense = np.unique(arr, return_inverse=True)
-    return np.asarray(dense.ravel(), np.int64)
-
-
-def _lse(logw: F64) -> float:
-    """log(sum(exp(logw))) without underflow; -inf for nothing."""
-    finite = logw[np.isfinite(logw)]
-    if not finite.size:
-        return -np.inf
-    top = float(finite.max())
-    return top + float(np.log(np.exp(finite - top).sum()))
 
 
 def _argbest(primary: F64, tiebreak: F64, free: npt.NDArray[np.bool_]) -> int:

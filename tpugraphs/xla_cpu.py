@@ -123,6 +123,19 @@ def validate(row: npt.ArrayLike) -> F32:
     return arr
 
 
+def excluded(row: npt.ArrayLike) -> str | None:
+    """Why a valid row is outside what ``sample`` draws (None: it is inside): the
+    pair that made XLA:CPU segfault (module docstring). The service refuses such a
+    row as a decision: no tuner could have measured it."""
+    arr = validate(row)
+    if arr[_ELTWISE] and arr[_ALGSIMP]:
+        return (
+            f"{COLUMNS[_ELTWISE]} with {COLUMNS[_ALGSIMP]} crashes XLA:CPU "
+            f"(jaxlib 0.10.2); {SPEC} never samples it"
+        )
+    return None
+
+
 def to_options(row: npt.ArrayLike) -> dict[str, OptionValue]:
     """The non-default ``compiler_options`` of one row (ValueError on a bad row)."""
     arr = validate(row)

@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("xla_costmodel.collection.collect:collect", "xla"),
     "tune": ("xla_costmodel.clients.xla.tune_cli:tune", "xla"),
     "best": ("xla_costmodel.clients.xla.best_cli:best", "xla"),
-    "simulate": ("xla_costmodel.studies.fleet:simulate_cli", "simulate"),
+    "simulate": ("xla_costmodel.studies.simulate_cli:simulate", "simulate"),
 }
 # group name -> (help, {command name -> ("module:function", extra)})
 GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {

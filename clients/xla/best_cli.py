@@ -11,14 +11,15 @@ import json
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import prepare_graph
+from xla_costmodel.clients.user_output import to_stderr
 from xla_costmodel.clients.xla.programs import load_program, short
-from xla_costmodel.tpugraphs import machine
+from xla_costmodel.clients.xla.reuse import options_of, printable
+from xla_costmodel.tpugraphs import machine, xla_cpu
 
 if TYPE_CHECKING:
     from xla_costmodel.clients import BestKnown
@@ -46,10 +47,11 @@ def best(
     json_: bool = typer.Option(False, "--json", help="Print the answer's JSON keys."),
 ) -> None:
     """Print the best decided compiler options for a program on this CPU."""
-    import jax
+    with to_stderr():  # what the program prints is not the answer (--json)
+        import jax
 
-    fn, args = load_program(program)
-    text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
+        fn, args = load_program(program)
+        text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
     graph = prepare_graph(Hlo(text, configurable=None))
     target = target or machine.target()
     compiler = compiler or machine.compiler()
@@ -77,8 +79,8 @@ def _ask(
                 compiler=compiler,
                 min_writers=min_writers,
             )
-    except CostModelError as exc:
-        Console(stderr=True).print(f"[red]the service did not answer: {exc}[/red]")
+    except CostModelError as exc:  # as rank prints it (no markup: [ in messages)
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -102,12 +104,21 @@ def _nothing_decided(graph_id: str, target: str, json_: bool) -> NoReturn:
 
 
 def _show(known: BestKnown, compiler: str | None, json_: bool) -> None:
-    """The decision: its JSON keys, or four lines for a person."""
+    """The decision: its JSON keys, or four lines for a person.
+
+    The options shown are the row's (``reuse.options_of``), what ``jit`` and
+    ``tune`` compile; options the service sent that differ are a warning (stderr),
+    never shown as the decision. Every string from the service is escaped
+    (``reuse.printable``): an option value cannot drive the terminal."""
+    derived = options_of(known)
+    warning = _options_warning(known, derived)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
     body: dict[str, Any] = {
         "graph_id": known.graph_id,
         "target": known.target,
         "config": list(known.config),
-        "compiler_options": dict(known.compiler_options),
+        "compiler_options": derived,
         "speedup": known.speedup,
         "speedup_low": known.speedup_low,
         "p_value": known.p_value,
@@ -119,12 +130,31 @@ def _show(known: BestKnown, compiler: str | None, json_: bool) -> None:
     if json_:
         typer.echo(json.dumps(body, indent=2))
         return
-    stale = f" (STALE: this is {compiler})" if known.stale else ""
+    stale = f" (STALE: this is {printable(compiler)})" if known.stale else ""
+    options = "none: not a valid row" if derived is None else short(derived)
     for line in (
-        f"program {known.graph_id[:12]} on {known.target}",
-        f"options: {short(dict(known.compiler_options))}",
+        f"program {printable(known.graph_id[:12])} on {printable(known.target)}",
+        f"options: {printable(options)}",
         f"speedup {known.speedup:.3f}x (low {known.speedup_low:.3f}), "
         f"{known.writers} writer(s)",
-        f"decided {known.decided_at} under {known.compiler}{stale}",
+        f"decided {printable(known.decided_at)} under {printable(known.compiler)}"
+        f"{stale}",
     ):
         typer.echo(line)
+
+
+def _options_warning(known: BestKnown, derived: dict[str, Any] | None) -> str:
+    """What is wrong with the answer's options ("" if nothing): a row outside the
+    compiler's space, or ``compiler_options`` other than the row's."""
+    if derived is None:
+        return (
+            f"the decided row is not a valid {xla_cpu.SPEC} config: "
+            "jit and tune compile the default"
+        )
+    if dict(known.compiler_options) != derived:
+        sent = json.dumps(dict(known.compiler_options), sort_keys=True, default=str)
+        return (
+            f"the service sent compiler_options {printable(sent)} that are not "
+            "the row's: shown and compiled are the row's"
+        )
+    return ""

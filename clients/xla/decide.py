@@ -43,10 +43,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
-import numpy.typing as npt
+
+from xla_costmodel.tpugraphs.paired import (
+    median_interval,
+    signed_rank_p,
+)
+from xla_costmodel.tpugraphs.paired import order as _order
 
 ALPHA = 0.05
 MIN_GAIN = 0.02
@@ -55,7 +59,6 @@ MIN_PAIRS = 7  # the first look: all 7 pairs faster gives p = 1/128
 MAX_PAIRS = 64  # the cap per candidate (studies/README.md: how it was chosen)
 FIRST_SPEND = 0.25  # share of alpha spent at the first look
 FUTILITY = 0.05  # one-sided level of the upper bound that stops a hopeless test
-INTERVAL = 0.95  # two-sided level of Verdict.speedup_low/high
 REUSE_MIN_GAIN = 0.0  # a stored decision holds while it is not shown slower
 
 
@@ -69,29 +72,6 @@ class Verdict:
     speedup_low: float  # 95 % interval of the median speedup (min/max when too few)
     speedup_high: float
     pairs: int
-
-
-def median_interval(
-    ratios: npt.ArrayLike, level: float = INTERVAL
-) -> tuple[float, float]:
-    """Distribution-free two-sided interval of the median of ``ratios``: the order
-    statistics the sign test's binomial puts ``(1 - level) / 2`` outside on each
-    side; the min and max when there are too few ratios for that level."""
-    x = np.sort(np.asarray(ratios, np.float64))
-    k = _order(x.size, (1.0 - level) / 2)
-    return float(x[k]), float(x[x.size - 1 - k])
-
-
-def _order(n: int, tail: float) -> int:
-    """The 0-based order statistic ``i`` of the bound: the largest with
-    P(Binomial(n, 1/2) <= i) <= tail; 0 (the min/max) when there is none."""
-    i, cdf = -1, 0.0
-    while i + 1 < n // 2:
-        cdf += math.comb(n, i + 1) / 2.0**n
-        if cdf > tail:
-            break
-        i += 1
-    return max(0, i)
 
 
 def looks(min_pairs: int = MIN_PAIRS, max_pairs: int = MAX_PAIRS) -> list[int]:
@@ -113,37 +93,6 @@ def spend(at: Sequence[int], alpha: float = ALPHA) -> list[float]:
     first = alpha * FIRST_SPEND
     added = np.diff(np.asarray(at, np.float64))
     return [first, *(float(a) for a in (alpha - first) * added / added.sum())]
-
-
-@lru_cache(maxsize=128)
-def _signed_rank_tail(n: int) -> tuple[float, ...]:
-    """P(W+ >= w) for w = 0..n(n+1)/2 under the null: exact, by counting subsets."""
-    counts = np.zeros(n * (n + 1) // 2 + 1, np.float64)
-    counts[0] = 1.0
-    for r in range(1, n + 1):
-        counts[r:] = counts[r:] + counts[:-r].copy()
-    tail = np.cumsum(counts[::-1])[::-1] / 2.0**n
-    return tuple(float(t) for t in tail)
-
-
-def signed_rank_p(log_ratios: Sequence[float]) -> float:
-    """One-sided exact Wilcoxon signed-rank p (H1: the ratios lean positive); zero
-    differences dropped, ties given mid-ranks (then the exact null is approximate)."""
-    r = np.asarray(log_ratios, np.float64)
-    r = r[r != 0]
-    if r.size == 0:
-        return 1.0
-    a = np.abs(r)
-    order = np.argsort(a, kind="stable")
-    ranks = np.empty(r.size, np.float64)
-    ranks[order] = np.arange(1, r.size + 1)
-    if np.unique(a).size < a.size:  # mid-ranks for ties
-        for v in np.unique(a):
-            at = a == v
-            ranks[at] = ranks[at].mean()
-    w = float(ranks[r > 0].sum())
-    tail = _signed_rank_tail(int(r.size))
-    return tail[min(len(tail) - 1, math.floor(w + 1e-9))]  # ties: conservative
 
 
 class Sequential:

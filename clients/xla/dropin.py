@@ -10,10 +10,19 @@ On the first call per argument signature it lowers ``fn`` as ``jax.jit`` would,
 fingerprints the lowered module (``reuse.fingerprint``: a hash of its StableHLO
 without debug info, not a featurization: ~21 ms at 12k instructions), asks
 ``GET /v1/best`` once with a short timeout and no retry, and compiles with the
-answer's options. Anything else (no server, no answer, a decision made under another
-compiler with ``budget=0``, options this jaxlib rejects) compiles XLA's default: it
-never raises where ``jax.jit`` would not. With ``budget > 0`` and no fresh decision it
-tunes first (``tune``, in process) and stores the decision. jax is imported by the
+options of the answer's row (``reuse.options_of``: derived from ``config`` here,
+never the answer's ``compiler_options``, which a writer could fill with anything).
+With ``verify=True`` (the default) it then checks the decision on that call
+(``verify.py``): XLA's default is compiled and run beside it and the outputs
+compared; on a mismatch the call returns the default's result, the default is kept
+for the signature, and the service is told, which stops serving that row under this
+compiler. Anything else (no server, no answer, a row outside the compiler's space, a
+decision made under another compiler with ``budget=0``, options this jaxlib rejects)
+compiles XLA's default: it never raises where ``jax.jit`` would not. With
+``budget > 0`` and no fresh decision it tunes first in a child process
+(``isolate.call`` runs ``jit_tuning.tune_job`` on the program shipped with
+``export.ship``), which stores the decision, and compiles the row it chose; a
+config that crashes XLA kills the child, never the caller. jax is imported by the
 first call, never at import.
 """
 
@@ -23,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -32,7 +41,9 @@ from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.retry import RetryPolicy
 from xla_costmodel.clients.wire import BestKnown
-from xla_costmodel.clients.xla.reuse import fingerprint, fresh
+from xla_costmodel.clients.xla.outputs import OutputCheck
+from xla_costmodel.clients.xla.reuse import fingerprint, fresh, options_of, printable
+from xla_costmodel.clients.xla.verify import check, refute, short
 from xla_costmodel.tpugraphs import machine
 
 log = logging.getLogger(__name__)
@@ -40,15 +51,19 @@ Source = Literal["best_known", "tuned", "default"]
 # One lookup must not hold a program's first call back for long: a service that does
 # not answer in this time is treated like no service (the default is compiled).
 LOOKUP_TIMEOUT_S = 0.5
+INVALID_ROW = "the fleet's row is not a valid config of this compiler's space"
 
 
 @dataclass(frozen=True)
 class JitReport:
     """How one argument signature was compiled.
 
-    ``added_ms``: what ``jit`` added to the first call beyond jax's own lowering and
-    compile (fingerprinting the module, the lookup, a tuning run when ``budget >
-    0``); ``lower_ms`` and ``compile_ms`` are jax's own.
+    ``added_ms``: what ``jit`` added to the first call beyond jax's own lowering,
+    compile and run (fingerprinting the module, the lookup, a tuning run when
+    ``budget > 0``, the verification); ``lower_ms`` and ``compile_ms`` are jax's own.
+    ``verify_ms``: the verification's part (compiling and running XLA's default,
+    comparing), 0.0 when nothing was verified; ``outputs``: its comparison (None:
+    not verified).
     """
 
     source: Source
@@ -60,7 +75,24 @@ class JitReport:
     compile_ms: float = 0.0
     hlo_fingerprint: str | None = None
     compiler: str | None = None
+    target: str | None = None
     decision: dict[str, Any] | None = field(default=None, compare=False)
+    verify_ms: float = 0.0
+    outputs: OutputCheck | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """What a signature's first call chose to compile, and why: ``JitReport``'s
+    fields but the options, the timings and the verification's."""
+
+    source: Source
+    reason: str
+    compiler: str | None
+    hlo_fingerprint: str | None = None
+    target: str | None = None
+    graph_id: str | None = None
+    decision: dict[str, Any] | None = None
 
 
 class Jitted:
@@ -77,10 +109,12 @@ class Jitted:
         min_writers: int,
         jit_kwargs: dict[str, Any],
         tune_kwargs: dict[str, Any],
+        verify: bool = True,
     ) -> None:
         self.fn, self.client, self.budget = fn, client, budget
         self.model, self.target, self.min_writers = model, target, min_writers
         self.jit_kwargs, self.tune_kwargs = jit_kwargs, tune_kwargs
+        self.verify = verify
         self._compiled: dict[Hashable, Any] = {}
         self.reports: dict[Hashable, JitReport] = {}
         self.report: JitReport | None = None
@@ -89,8 +123,10 @@ class Jitted:
         key = _signature(args, kwargs)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled, self.report = self._compile(args, kwargs)
+            compiled, self.report, ran = self._compile(args, kwargs)
             self._compiled[key], self.reports[key] = compiled, self.report
+            if ran:  # the verification ran this call already: its result
+                return ran[0]
         else:
             self.report = self.reports[key]
         return compiled(*args, **kwargs)
@@ -102,68 +138,106 @@ class Jitted:
 
     def _compile(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, JitReport]:
+    ) -> tuple[Any, JitReport, tuple[Any, ...]]:
+        """The executable, its report and, when the verification ran this call,
+        ``(result,)`` (else ``()``)."""
         started = time.perf_counter()
         lowered = self.lower(*args, **kwargs)  # jax's own: errors are the caller's
         lowered_at = time.perf_counter()
-        options, facts = self._choose(lowered, args, kwargs)
+        options, choice, best = self._choose(lowered, args, kwargs)
         chosen_at = time.perf_counter()
         try:
             compiled = lowered.compile(compiler_options=options) if options else None
         except Exception as exc:  # XLA's own error types: an option it rejects
-            facts.update(
-                source="default",
-                reason=f"this jaxlib rejected the options ({_short(exc)}): the default",
-            )
+            reason = f"this jaxlib rejected the options ({short(exc)}): the default"
+            choice = replace(choice, source="default", reason=reason)
             options, compiled = {}, None
         if compiled is None:
             compiled = lowered.compile()  # as jax.jit would: its errors propagate
         done = time.perf_counter()
+        verified = None
+        if self.verify and best is not None and options:
+            verified = check(lowered, compiled, args, kwargs, self.jit_kwargs)
+            compiled = verified.executable
+            if not verified.outputs.ok:
+                options = {}
+                reason = verified.reason + self._refute(best, choice)
+                choice = replace(choice, source="default", reason=reason)
+        verify_ms = 0.0 if verified is None else verified.verify_ms
         report = JitReport(
+            source=choice.source,
             compiler_options=dict(options),
-            added_ms=(chosen_at - lowered_at) * 1e3,
+            graph_id=choice.graph_id,
+            reason=choice.reason,
+            added_ms=(chosen_at - lowered_at) * 1e3 + verify_ms,
             lower_ms=(lowered_at - started) * 1e3,
             compile_ms=(done - chosen_at) * 1e3,
-            **facts,
+            hlo_fingerprint=choice.hlo_fingerprint,
+            compiler=choice.compiler,
+            target=choice.target,
+            decision=choice.decision,
+            verify_ms=verify_ms,
+            outputs=None if verified is None else verified.outputs,
         )
         log.info(
             "jit %s: %s (%s)", report.graph_id or "?", report.source, report.reason
         )
-        return compiled, report
+        return compiled, report, () if verified is None else (verified.result,)
+
+    def _refute(self, best: BestKnown, choice: Choice) -> str:
+        return refute(
+            self.client,
+            self.model,
+            best,
+            target=choice.target,
+            compiler=choice.compiler,
+            hlo_fingerprint=choice.hlo_fingerprint,
+        )
 
     def _choose(
         self, lowered: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The options to compile with and the report's other fields; never raises."""
-        facts: dict[str, Any] = {"graph_id": None, "compiler": machine.compiler()}
+    ) -> tuple[dict[str, Any], Choice, BestKnown | None]:
+        """The options to compile with, what chose them and the fleet's decision
+        they come from (None: not from one); never raises."""
+        compiler = machine.compiler()
+        hlo_fingerprint: str | None = None
+        target: str | None = None
+        best: BestKnown | None = None
+
+        def chosen(source: Source, reason: str) -> Choice:
+            return Choice(
+                source=source,
+                reason=reason,
+                compiler=compiler,
+                hlo_fingerprint=hlo_fingerprint,
+                target=target,
+                graph_id=None if best is None else best.graph_id,
+                decision=None if best is None else _decision(best),
+            )
+
         try:
-            facts["hlo_fingerprint"] = fingerprint(lowered)
+            hlo_fingerprint = fingerprint(lowered)
             target = self.target or machine.target()
-            best, why = self._ask(facts["hlo_fingerprint"], target, facts["compiler"])
+            best, why = self._ask(hlo_fingerprint, target, compiler)
         except Exception as exc:  # jit never fails where jax.jit would not
-            return {}, {
-                **facts,
-                "source": "default",
-                "reason": f"no lookup ({_short(exc)})",
-            }
-        if best is not None:
-            facts["graph_id"] = best.graph_id
-            facts["decision"] = _decision(best)
-        if best is not None and fresh(best, facts["compiler"]):
-            return dict(best.compiler_options), {
-                **facts,
-                "source": "best_known",
-                "reason": f"the fleet's decision: {best.speedup:.3f}x by "
-                f"{best.writers} writer(s) under {best.compiler}",
-            }
-        if best is not None:
+            return {}, chosen("default", f"no lookup ({short(exc)})"), None
+        options = None if best is None else options_of(best)
+        if best is not None and options is None:
+            why = INVALID_ROW
+        elif best is not None and options is not None and fresh(best, compiler):
+            reason = (
+                f"the fleet's decision: {best.speedup:.3f}x by "
+                f"{best.writers} writer(s) under {printable(best.compiler)}"
+            )
+            return dict(options), chosen("best_known", reason), best
+        elif best is not None:
             why = (
-                f"decided under {best.compiler}, this is {facts['compiler']}: "
-                "not applied without verification"
+                f"decided under {printable(best.compiler)}, this is "
+                f"{compiler}: not applied without verification"
             )
         if self.budget > 0:
-            return self._tune(args, kwargs, facts, why)
-        return {}, {**facts, "source": "default", "reason": f"{why}: the default"}
+            return (*self._tune(args, kwargs, chosen("default", why), why), None)
+        return {}, chosen("default", f"{why}: the default"), None
 
     def _ask(
         self, fingerprint: str, target: str, compiler: str | None
@@ -180,43 +254,52 @@ class Jitted:
                 deadline=LOOKUP_TIMEOUT_S,
             )
         except CostModelError as exc:
-            return None, f"no answer from the service ({_short(exc)})"
+            return None, f"no answer from the service ({short(exc)})"
         return best, "nothing decided for this program on this target yet"
 
     def _tune(
         self,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        facts: dict[str, Any],
+        choice: Choice,
         why: str,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Tune in process (``budget > 0``); the tuner stores its decision."""
+    ) -> tuple[dict[str, Any], Choice]:
+        """Tune in a child process (``budget > 0``; ``jit_tuning.tune_in_child``),
+        which stores the decision; the options compiled here are derived from the
+        row it chose. ``tune_kwargs["restarts"]`` (default 3): starts after a
+        crash."""
         if kwargs or self.jit_kwargs:
             reason = f"{why}; tuning takes positional arguments and no jit options"
-            return {}, {**facts, "source": "default", "reason": reason}
-        from xla_costmodel.clients.xla.tune import tune
+            return {}, replace(choice, source="default", reason=reason)
+        from xla_costmodel.clients.xla.jit_tuning import tune_in_child
+        from xla_costmodel.clients.xla.tune_config import TuneConfig
 
         try:
-            report = tune(
+            tune_kwargs = dict(self.tune_kwargs)
+            restarts = int(tune_kwargs.pop("restarts", 3))
+            cfg = TuneConfig(
+                budget=self.budget, model=self.model, target=self.target, **tune_kwargs
+            )
+            text = self.lower(*args).as_text(dialect="hlo")
+            tuned = tune_in_child(
                 self.fn,
                 args,
-                self.budget,
+                cfg,
+                named=(text, choice.hlo_fingerprint),
                 client=self.client,
-                model=self.model,
-                target=self.target,
-                progress=log.info,
-                **self.tune_kwargs,
+                restarts=restarts,
+                log=log.info,
             )
         except Exception as exc:  # a failed tuning leaves the default, as jax.jit
-            reason = f"{why}; tuning failed ({_short(exc)}): the default"
-            return {}, {**facts, "source": "default", "reason": reason}
-        facts["graph_id"] = report.graph_id
-        reason = f"{why}; tuned here with budget {self.budget}: {report.reason}"
-        return dict(report.compiler_options), {
-            **facts,
-            "source": "tuned",
-            "reason": reason,
-        }
+            reason = f"{why}; tuning failed ({short(exc)}): the default"
+            return {}, replace(choice, source="default", reason=reason)
+        reason = (
+            f"{why}; tuned with budget {self.budget} in child process "
+            f"{tuned.pid}: {tuned.reason}"
+        )
+        return tuned.options, replace(
+            choice, source="tuned", reason=reason, graph_id=tuned.graph_id
+        )
 
 
 def jit(
@@ -230,18 +313,30 @@ def jit(
     target: str | None = None,
     min_writers: int = 1,
     tune_kwargs: dict[str, Any] | None = None,
+    verify: bool = True,
     **jit_kwargs: Any,
 ) -> Jitted:
     """``jax.jit(fn, **jit_kwargs)`` compiled with the best known options for this
     CPU (see the module docstring). ``client`` wins over ``server``; with neither,
-    the default is compiled. ``token`` (or ``COSTMODEL_TOKEN``) is needed only for a
-    tuning run (``budget > 0``) to store its decision."""
+    the default is compiled. ``verify``: check a fleet decision's outputs against
+    XLA's default on the first call of each signature (docs/jit.md: it costs one
+    more compile and run of the default then). ``token`` (or ``COSTMODEL_TOKEN``) is
+    needed for a tuning run (``budget > 0``) to store its decision, and for a failed
+    verification to reach the service."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     if client is None and server is not None:
         client = _lookup_client(server, token)
     return Jitted(
-        fn, client, budget, model, target, min_writers, jit_kwargs, tune_kwargs or {}
+        fn,
+        client,
+        budget,
+        model,
+        target,
+        min_writers,
+        jit_kwargs,
+        tune_kwargs or {},
+        verify,
     )
 
 
@@ -293,10 +388,6 @@ def _decision(best: BestKnown) -> dict[str, Any]:
         "stale": best.stale,
         "decided_at": best.decided_at,
     }
-
-
-def _short(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 __all__ = ["JitReport", "Jitted", "jit"]

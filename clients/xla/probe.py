@@ -7,7 +7,8 @@ fsync'ed); ``costmodel tune`` and ``costmodel collect`` run their work in a chil
 process and restart it after a crash (``isolate.py``), and the restarted worker
 finds the entry that began but never ended, records it as crashed and leaves it out.
 The first run also compares each config's output with the default's
-(``max_rel_diff``), so a miscompile shows (a failed config, a sidecar entry).
+(``outputs.compare``: NaN/inf positions, exact integers, finite values at the
+outputs' scale), so a miscompile shows (a failed config, a sidecar entry).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
+
+from xla_costmodel.clients.xla.outputs import DEFAULT_RTOL, OutputCheck, compare
 
 # Controls: the default config, spelled so jax's compile cache (keyed by the options
 # dict) compiles it anew; each names a spec option at its default value.
@@ -38,14 +40,20 @@ class Compiled:
     """One option set, compiled and run once: ``executable`` is None when it did not
     compile, crashed an earlier process (``crashed``) or was refused (``error`` says
     why); ``sha1`` of its optimized HLO, the compile's ``seconds``, and
-    ``max_rel_diff`` of its first output against the default's (None: not run)."""
+    ``outputs``, its first output checked against the default's (None: not run),
+    whose worst scaled difference is ``max_rel_diff`` (inf: a NaN/inf, shape or
+    exact-value mismatch)."""
 
     executable: Any  # jax.stages.Compiled
     error: str | None = None
     sha1: str | None = None
     seconds: float = 0.0
     crashed: bool = False
-    max_rel_diff: float | None = None
+    outputs: OutputCheck | None = None
+
+    @property
+    def max_rel_diff(self) -> float | None:
+        return None if self.outputs is None else self.outputs.worst
 
 
 class Journal:
@@ -102,11 +110,13 @@ def compile_and_probe(
     args: tuple[Any, ...],
     journal: Journal,
     compile_cpus: Sequence[int] | None,
+    rtol: float = DEFAULT_RTOL,
 ) -> list[Compiled]:
     """Compile each option set (entry 0 the default), then run each once.
 
     A crashed entry (per the journal) is neither compiled nor run. Returns one
-    ``Compiled`` per entry, with ``max_rel_diff`` of its output against entry 0's.
+    ``Compiled`` per entry, with ``outputs``: its output against entry 0's within
+    ``rtol`` (``outputs.compare``).
     """
     crashed = journal.crashed()
     pinned = os.sched_getaffinity(0)
@@ -123,27 +133,16 @@ def compile_and_probe(
             journal.mark("C", k)
     finally:
         os.sched_setaffinity(0, pinned)
-    reference: list[np.ndarray[Any, Any]] | None = None
+    reference: Any = None  # entry 0's output; without it nothing is checked
+    checked = bool(entries) and entries[0].executable is not None
     for k, entry in enumerate(entries):
         if entry.executable is None:
             continue
         journal.mark("r", k)
-        leaves = [np.asarray(x) for x in jax.tree.leaves(entry.executable(*args))]
+        out = jax.block_until_ready(entry.executable(*args))  # type: ignore[no-untyped-call]
         journal.mark("R", k)
         if k == 0:
-            reference = leaves
-        diff = None if reference is None else _rel_diff(leaves, reference)
-        entries[k] = replace(entry, max_rel_diff=diff)
+            reference = out
+        check = compare(out, reference, rtol=rtol) if checked else None
+        entries[k] = replace(entry, outputs=check)
     return entries
-
-
-def _rel_diff(
-    leaves: list[np.ndarray[Any, Any]], reference: list[np.ndarray[Any, Any]]
-) -> float:
-    worst = 0.0
-    for a, b in zip(leaves, reference, strict=True):
-        b64 = b.astype(np.float64)
-        scale = float(np.max(np.abs(b64))) if b64.size else 0.0
-        diff = float(np.max(np.abs(a.astype(np.float64) - b64))) if b64.size else 0.0
-        worst = max(worst, diff / max(scale, 1e-30))
-    return worst if np.isfinite(worst) else float("inf")

@@ -2,15 +2,16 @@
 
     fingerprint(lowered) -> str                              a program's name, cheaply
     ask(client, model, program, target, compiler, min_writers) -> (BestKnown | None, why)
-    decision(program, rows, verdict, ...) -> Decision       what a run sends back
+    decision(program, row, pairs, ...) -> Decision          what a run sends back
     fresh(best, compiler) -> bool                            applicable without tuning
 
 A tuner that finishes sends its final choice to the service (``POST /v1/decisions``:
-the kept config, or the default when nothing won, with the pairs' median speedup,
-its interval and p-value). Before its next run on any machine of the same target,
-``tune`` asks ``GET /v1/best``: a fresh decision (same compiler) is compiled alone
-and verified against the default in interleaved pairs; ``jit`` applies it as it is.
-A stale one (decided under another compiler) is never applied unverified. jax is
+the kept row with the paired runtimes that justify it, or the default's row when
+nothing won; the service computes the figures from the pairs). Before its next run
+on any machine of the same target, ``tune`` asks ``GET /v1/best``: a fresh decision
+(same compiler) is compiled alone, its outputs checked, and timed against the
+default in a fresh process (``confirm.py``); ``jit`` applies it as it is. A stale
+one (decided under another compiler) is never applied unverified. jax is
 imported by ``fingerprint`` only, when it runs.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,8 @@ import numpy.typing as npt
 
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
-from xla_costmodel.clients.wire import BestKnown, Decision
-from xla_costmodel.clients.xla.decide import Verdict
+from xla_costmodel.clients.wire import BestKnown, Decision, Refuted
+from xla_costmodel.tpugraphs import xla_cpu
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,26 @@ def ask(
     return best, ""
 
 
+def options_of(best: BestKnown) -> dict[str, xla_cpu.OptionValue] | None:
+    """The compiler options of the fleet's answer, derived from its row, never
+    taken from the answer's ``compiler_options`` (a writer may have sent anything
+    there); None when the row is not a valid, sampled ``xla_cpu`` row."""
+    try:
+        if xla_cpu.excluded(best.config) is not None:
+            return None
+        return xla_cpu.to_options(best.config)
+    except ValueError:
+        return None
+
+
+def printable(text: object, limit: int = 200) -> str:
+    """``text`` as printable ASCII (anything else escaped), at most ``limit``
+    characters: what a server sent is shown, never interpreted by the terminal."""
+    out = str(text).encode("ascii", "backslashreplace").decode("ascii")
+    out = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in out)
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
 def fresh(best: BestKnown, compiler: str | None) -> bool:
     """Whether ``best`` was decided under this compiler (None, unknown: never)."""
     return compiler is not None and best.compiler == compiler and not best.stale
@@ -97,32 +118,28 @@ def fresh(best: BestKnown, compiler: str | None) -> bool:
 def decision(
     program: Program,
     row: npt.ArrayLike,
-    options: Mapping[str, Any],
-    verdict: Verdict | None,
+    pairs: Sequence[tuple[int, int]],
     *,
     target: str,
     compiler: str | None,
     budget: int,
     strategy: str,
+    refuted: Refuted | None = None,
 ) -> Decision:
-    """The decision a run sends: ``verdict`` is the kept config's comparison with
-    the default (None: the default was kept, speedup 1 by definition)."""
-    kept_default = verdict is None
+    """The decision a run sends: the kept ``row`` and the ``pairs`` (default_ns,
+    config_ns) that justify it, timed together; no pairs: the default was kept.
+    The service computes the speedup, its interval and p-value from the pairs
+    (``tpugraphs.paired``): a tuner sends measurements, never claims. ``refuted``:
+    the fleet's answer this run compiled and found slower (or wrong)."""
     return Decision(
         graph_id=program.graph_id,
         config=tuple(float(v) for v in np.asarray(row, np.float64).ravel()),
-        compiler_options=dict(options),
-        speedup=1.0 if verdict is None else verdict.speedup,
-        speedup_low=1.0
-        if verdict is None
-        else min(verdict.speedup_low, verdict.speedup),
-        speedup_high=None if verdict is None else verdict.speedup_high,
-        p_value=None if verdict is None else verdict.p_value,
-        pairs=0 if verdict is None else verdict.pairs,
+        paired_runtimes_ns=tuple((int(d), int(c)) for d, c in pairs),
         budget=budget,
         strategy=strategy,
-        kept_default=kept_default,
+        kept_default=not pairs,
         target=target,
         compiler=compiler,
         hlo_fingerprint=program.hlo_fingerprint,
+        refuted=refuted,
     )

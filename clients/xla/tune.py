@@ -26,10 +26,16 @@ Choosing (``decide.py``): the ``confirm`` configs that were fastest relative to 
 default measured beside them are timed again against the default in interleaved
 pairs (a fresh measurement: the winner's luck in the first one does not count), as
 many as ``decide.Sequential`` needs (``repeats`` to ``max_pairs``; ``pairs`` in the
-report counts them): each is kept only if a one-sided signed-rank test says it is
-faster at level ``alpha`` *and* its median speedup exceeds ``1 + min_gain``, and the
-fastest kept one wins. Otherwise the default stays (``compiler_options == {}``);
-``default_ms`` and ``best_ms`` are from those pairs.
+report counts them): each is a finalist only if a one-sided signed-rank test says
+it is faster at level ``alpha`` *and* its median speedup exceeds ``1 + min_gain``.
+The fastest finalist is then confirmed in a fresh process (``confirm.py``: the
+default twice and the finalist, ``confirm_rounds`` shuffled rounds on every CPU
+and on one), where the conditions of this run (its load, its other executables)
+cannot reach it; it is kept only if it holds there, and those pairs are what the
+decision sends and what ``speedup``, ``default_ms`` and ``best_ms`` report
+(``tpugraphs.paired.summarize``). Otherwise the default stays
+(``compiler_options == {}``) and ``notes`` says why. ``load`` records the load
+averages at the start and end and both processes' controls.
 
 No service (``client=None``, unreachable, no such model, HLO it cannot featurize): the
 default, measured the same way, with ``reason`` saying why; a service lost mid-run
@@ -42,14 +48,15 @@ view of the graph). A config whose output differs from the default's beyond
 A config that crashes XLA (a segfault compiling it or running it the first time)
 kills the calling process: nothing can catch that in process. The program's crash
 journal (under ``crash_dir``) remembers it, and the next ``tune`` of the same
-program leaves it out (``notes`` says so); ``costmodel tune`` runs the tuning in a
-child process and restarts it by itself. jax is imported when ``tune`` runs, never
-at import.
+program leaves it out (``notes`` says so); ``costmodel tune`` and ``jit(...,
+budget > 0)`` therefore run the tuning in a child process (``isolate.py``) and
+restart it by themselves. jax is imported when ``tune`` runs, never at import.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -60,22 +67,27 @@ from typing import Any
 import numpy as np
 
 from xla_costmodel.clients.client import CostModelClient
-from xla_costmodel.clients.errors import CostModelError
-from xla_costmodel.clients.hlo import Hlo
-from xla_costmodel.clients.payloads import prepare_graph
-from xla_costmodel.clients.xla import policy, reuse
+from xla_costmodel.clients.xla import policy
+from xla_costmodel.clients.xla.confirm import Confirmation, Confirmer
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.pickers import ModelPicker, Picker, RandomPicker
 from xla_costmodel.clients.xla.tune_bench import Bench
 from xla_costmodel.clients.xla.tune_config import (
     TUNE_PROTOCOL,
+    Hooks,
     Log,
     Rows,
     Strategy,
     TuneConfig,
     default_crash_dir,
 )
-from xla_costmodel.clients.xla.tune_report import RunState, TuneReport, build_report
+from xla_costmodel.clients.xla.tune_fleet import check_known, prepare, tell, with_row
+from xla_costmodel.clients.xla.tune_report import (
+    Load,
+    RunState,
+    TuneReport,
+    build_report,
+)
 from xla_costmodel.clients.xla.tune_rounds import Candidate, Rounds
 from xla_costmodel.tpugraphs import machine, xla_cpu
 
@@ -113,6 +125,8 @@ def tune(  # noqa: PLR0913
     progress: Log | None = None,
     reuse: bool = True,
     min_writers: int = 1,
+    confirm_rounds: int = 7,
+    hooks: Hooks | None = None,
 ) -> TuneReport:
     """Tune the XLA:CPU compiler options of ``fn(*args)`` (see the module docstring).
 
@@ -122,8 +136,10 @@ def tune(  # noqa: PLR0913
     (default: this CPU, ``machine.target()``). With ``reuse``, what the fleet
     decided for this program (by ``min_writers`` writers at least) is verified
     first (``reuse.py``). ``crash_dir`` keeps the crash journals
-    (``tune_bench.Bench``; default ``~/.cache/costmodel/tune``). ``progress``
-    receives a line per step.
+    (``tune_bench.Bench``; default ``~/.cache/costmodel/tune``). The finalist is
+    confirmed in a fresh process over ``confirm_rounds`` rounds (``confirm.py``);
+    ``hooks`` are for tests (``tune_config.Hooks``). ``progress`` receives a line
+    per step.
     """
     cfg = TuneConfig(
         budget,
@@ -138,8 +154,10 @@ def tune(  # noqa: PLR0913
         crash_dir=crash_dir,
         reuse=reuse,
         min_writers=min_writers,
+        confirm_rounds=confirm_rounds,
+        hooks=hooks or Hooks(),
     )
-    return _tune(fn, tuple(args), cfg, client, progress)[0]
+    return run_tuning(fn, tuple(args), cfg, client, progress)[0]
 
 
 def autotuned(
@@ -155,136 +173,107 @@ def autotuned(
     executable it measured for the chosen options, callable like ``fn``, with the
     report attached: ``autotuned(...).report``."""
     cfg = TuneConfig(budget=budget, **config)
-    report, compiled = _tune(fn, tuple(args), cfg, client, progress)
+    report, compiled = run_tuning(fn, tuple(args), cfg, client, progress)
     return Autotuned(compiled, report)
 
 
-def _tune(
+def run_tuning(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     cfg: TuneConfig,
     client: CostModelClient | None,
     progress: Log | None,
+    *,
+    named: tuple[str, str] | None = None,
 ) -> tuple[TuneReport, Any]:
-    """The report and the executable of the chosen options."""
+    """``tune`` with its configuration built: the report and the executable of the
+    chosen options. ``named``: the program's HLO text and fingerprint as the
+    caller lowered it (a child tuning a shipped program, ``jit_tuning.tune_job``),
+    else this lowering's."""
     import jax
 
-    started = time.monotonic()
+    started, load_start = time.monotonic(), os.getloadavg()
     log = progress or _quiet
     rows = xla_cpu.sample(cfg.candidates, cfg.seed)
     state = RunState(
         cfg, cfg.target or machine.target(), machine.compiler() or "unknown"
     )
     lowered = jax.jit(fn).lower(*args)
-    text = lowered.as_text(dialect="hlo")
+    text = lowered.as_text(dialect="hlo") if named is None else named[0]
     if cfg.strategy == "model" and client is not None:
-        state.why = _prepare(state, client, text, lowered)
+        state.why = prepare(state, client, text, lowered, named)
         if state.known is not None:
-            rows, state.known_row = _with_row(rows, state.known.config)
+            rows, state.known_row = with_row(rows, state.known.config)
     crashes = cfg.crash_dir or default_crash_dir()
     crash_path = crashes / f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.journal"
+    confirmer = Confirmer(
+        fn,
+        args,
+        crash=cfg.hooks.crash_at == "confirm",
+        config_scale=cfg.hooks.config_scale,
+    )
     with tempfile.TemporaryDirectory(prefix="costmodel-tune-") as workdir:
         bench = Bench(lowered, args, cfg, Path(workdir), crash_path)
-        run = Rounds(bench, rows, cfg, log)
-        chosen = _check_known(state, run, log)
-        if state.reused:
-            default_ns = bench.measure([])[1]
-            if chosen is not None and chosen.final_default_ns is not None:
-                default_ns = chosen.final_default_ns  # from the verifying pairs
-            noise = bench.noise
-        else:
-            _play(state, run, client, rows, cfg)
-            chosen, default_ns, noise = run.decide()
+        run = Rounds(bench, rows, cfg, log, confirmer)
+        if state.ignored:
+            run.notes.append(state.ignored)
+        chosen, default_ns, noise = _choose(state, run, client)
     best_ns = default_ns if chosen is None else chosen.final_ns or default_ns
+    if chosen is not None and chosen.final_default_ns is not None:
+        default_ns = chosen.final_default_ns  # the fresh process's pairs
     # A reused default was not measured again: nothing new to tell.
     if client and state.program and not (state.reused and chosen is None):
-        _tell(state, client, run, rows, chosen, default_ns, best_ns)
-    report = build_report(state, run, chosen, (default_ns, best_ns), noise, started)
+        tell(state, client, run, rows, chosen, default_ns)
+    load = _load(load_start, noise, run.confirmation)
+    report = build_report(state, run, chosen, (default_ns, best_ns), load, started)
     executable = bench.default_executable if chosen is None else chosen.executable
     return report, executable
 
 
+def _choose(
+    state: RunState, run: Rounds, client: CostModelClient | None
+) -> tuple[Candidate | None, int, float]:
+    """The run's choice (None: the default), the default's runtime and the
+    controls' noise: the fleet's decision when it holds here (``check_known``),
+    else the rounds played (``_play``), decided and the finalist confirmed."""
+    chosen = check_known(state, run, run.log)
+    if state.reused:
+        default_ns = run.bench.measure([])[1]
+        if chosen is not None and chosen.final_default_ns is not None:
+            default_ns = chosen.final_default_ns  # from the verifying pairs
+        return chosen, default_ns, run.bench.noise
+    _play(state, run, client, run.rows, run.cfg)
+    chosen, default_ns, noise = run.decide()
+    if chosen is not None and not run.confirm(chosen):
+        return None, _default_ns(chosen, default_ns), noise
+    return chosen, default_ns, noise
+
+
+def _default_ns(dropped: Candidate, default_ns: int) -> int:
+    """The default's runtime once a finalist is dropped: the fresh process's median
+    of it when that measured, else the tuning run's."""
+    c = dropped.confirmation
+    if c is None or not c.pairs:
+        return default_ns
+    return int(np.median([d for d, _ in c.pairs]))
+
+
+def _load(
+    start: tuple[float, float, float], noise: float, c: Confirmation | None
+) -> Load:
+    """The load the run saw: the load averages at its start and end, the controls'
+    noise in this process, and the fresh process's controls and load."""
+    return Load(
+        start=start,
+        end=os.getloadavg(),
+        noise=noise,
+        confirm_controls=None if c is None or not c.pairs else c.controls,
+        confirm_load=None if c is None else c.load,
+    )
+
+
 def _quiet(line: str) -> None:
     pass
-
-
-def _prepare(state: RunState, client: CostModelClient, text: str, lowered: Any) -> str:
-    """Featurize the program for the service and ask what the fleet decided for it
-    (``cfg.reuse``); returns why the default stays when the HLO cannot be used."""
-    try:
-        state.graph = prepare_graph(Hlo(text, configurable=None))
-    except CostModelError as exc:
-        return f"the HLO could not be featurized ({exc}): kept the default"
-    state.program = reuse.Program(state.graph.graph_id, reuse.fingerprint(lowered))
-    if state.cfg.reuse:
-        state.known, _ = reuse.ask(
-            client,
-            state.cfg.model,
-            state.program,
-            state.target,
-            state.compiler,
-            state.cfg.min_writers,
-            state.cfg.deadline,
-        )
-    return ""
-
-
-def _with_row(rows: Rows, config: Sequence[float]) -> tuple[Rows, int]:
-    """``rows`` holding ``config`` (appended unless sampled already) and its index."""
-    row = np.asarray(config, np.float32)
-    if row.shape != rows.shape[1:]:
-        raise CostModelError(
-            f"decided config has {row.size} values, not {rows.shape[1]}"
-        )
-    same = np.flatnonzero((rows == row).all(axis=1))
-    if same.size:
-        return rows, int(same[0])
-    return np.vstack([rows, row[None]]), len(rows)
-
-
-def _check_known(state: RunState, run: Rounds, log: Log) -> Candidate | None:
-    """Check the fleet's decision before any search: a fresh one that holds ends the
-    run (``state.reused``; the kept config, None for the default); one that does
-    not hold, or a stale one, is adopted as the run's first measured config."""
-    known, row = state.known, state.known_row
-    if known is None or row is None:
-        return None
-    fresh = reuse.fresh(known, state.compiler)
-    if known.is_default:
-        state.reused = fresh  # nothing to compile: the default is the decision
-        if fresh:
-            log(
-                f"reusing the fleet's decision: the default ({known.writers} writer(s))"
-            )
-        return None
-    options = xla_cpu.to_options(run.rows[row])
-    log(f"checking the fleet's decision ({'fresh' if fresh else 'stale'}) first")
-    m = run.verify(row, options)
-    if m is None:
-        run.notes.append("the fleet's decision did not compile here: tuned instead")
-        return None
-    v = m.verdict
-    assert v is not None  # verify() always compares
-    state.verified = {
-        "kept": v.kept,
-        "speedup": v.speedup,
-        "speedup_low": v.speedup_low,
-        "p_value": v.p_value,
-        "pairs": v.pairs,
-        "stale": not fresh,
-    }
-    run.adopt(m)  # the run's first measured config, whatever follows
-    if fresh and v.kept:
-        state.reused = True
-        state.why = (
-            f"the fleet's decision ({known.writers} writer(s)), verified here (not "
-            f"slower than the default): {v.speedup:.3f}x the default's speed in "
-            f"{v.pairs} interleaved pairs (p = {v.p_value:.3g}): reused"
-        )
-        return m
-    why = "decided under " + str(known.compiler) if not fresh else "did not hold"
-    run.notes.append(f"the fleet's decision {why}: tuned with it measured first")
-    return None
 
 
 def _play(
@@ -314,52 +303,3 @@ def _play(
         state.why = run.play(
             picker, policy.plan(left, cfg.rounds and min(cfg.rounds, left))
         )
-
-
-def _tell(
-    state: RunState,
-    client: CostModelClient,
-    run: Rounds,
-    rows: Rows,
-    chosen: Candidate | None,
-    default_ns: int,
-    best_ns: int,
-) -> None:
-    """Send the final decision, and the kept config's paired runtimes as feedback;
-    a refusal (no writer token, ...) is a note, never a failure of the run."""
-    assert state.program is not None
-    cfg = state.cfg
-    row = rows[0] if chosen is None else rows[chosen.row]
-    options = {} if chosen is None else xla_cpu.to_options(row)
-    verdict = None if chosen is None else chosen.verdict
-    strategy = "reuse" if state.reused else cfg.strategy
-    made = reuse.decision(
-        state.program,
-        row,
-        options,
-        verdict,
-        target=state.target,
-        compiler=state.compiler,
-        budget=cfg.budget,
-        strategy=strategy,
-    )
-    model_version = state.model_version
-    try:
-        if chosen is not None:
-            client.feedback(
-                cfg.model,
-                state.graph if state.graph is not None else state.program.graph_id,
-                np.asarray([default_ns, best_ns], np.int64),
-                configs=np.stack([rows[0], row]),
-                model_version=model_version,
-                target=state.target,
-                compiler=state.compiler,
-                deadline=cfg.deadline,
-            )
-        client.record_decision(
-            cfg.model, made, model_version=model_version, deadline=cfg.deadline
-        )
-        state.decision_stored = True
-    except CostModelError as exc:
-        state.decision_stored = False
-        run.notes.append(f"the decision was not stored ({exc})")

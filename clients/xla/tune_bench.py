@@ -91,8 +91,8 @@ class Bench:
 
     def compile(self, keys: list[int], options: list[Options]) -> list[Compiled]:
         """Compile and run each once: ``executable`` None if it failed, or if its
-        output is not the default's within ``cfg.max_rel_diff`` (``error`` says
-        why)."""
+        output is not the default's within ``cfg.max_rel_diff`` (``outputs.compare``:
+        NaN/inf where the default has a number fails too; ``error`` says why)."""
         return [self._one(k, o) for k, o in zip(keys, options, strict=True)]
 
     def _one(self, key: int, options: Options) -> Compiled:
@@ -104,14 +104,13 @@ class Bench:
         except Exception as exc:  # the first run raised (XLA's own error types)
             entry = Compiled(None, f"{type(exc).__name__}: {exc}"[:300])
         self._crashes.mark("C", key)
-        diff = entry.max_rel_diff
-        if entry.executable is not None and not (
-            diff is not None and diff <= self._cfg.max_rel_diff
-        ):
+        check = entry.outputs
+        if entry.executable is not None and (check is None or not check.ok):
+            why = "not checked" if check is None else check.reason
             entry = replace(
                 entry,
                 executable=None,
-                error=f"output differs from the default's (max rel diff {diff:.3g})",
+                error=f"output differs from the default's ({why})",
             )
         return entry
 
@@ -174,7 +173,12 @@ class Bench:
         from xla_costmodel.clients.xla import probe
 
         return probe.compile_and_probe(
-            self._lowered, options, self._args, self._journal, None
+            self._lowered,
+            options,
+            self._args,
+            self._journal,
+            None,
+            rtol=self._cfg.max_rel_diff,
         )
 
 

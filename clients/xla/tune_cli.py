@@ -9,7 +9,6 @@ imported by that child (by the file, and by ``tune``), never at import.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from enum import StrEnum
 from typing import Any
@@ -19,10 +18,12 @@ from rich.console import Console
 from rich.table import Table
 
 from xla_costmodel.clients.client import CostModelClient
-from xla_costmodel.clients.xla.isolate import forwarded_argv, supervise
+from xla_costmodel.clients.user_output import to_stderr
+from xla_costmodel.clients.xla.isolate import forwarded_argv, supervise, worker_token
 from xla_costmodel.clients.xla.programs import load_program, short
 from xla_costmodel.clients.xla.tune import TuneReport
 from xla_costmodel.clients.xla.tune import tune as run_tune
+from xla_costmodel.clients.xla.tune_report import Load
 
 
 class StrategyName(StrEnum):
@@ -87,14 +88,15 @@ def tune(  # noqa: PLR0913 -- typer: one parameter per command-line option
     sets, the best few are compiled and measured here, the default kept unless beaten
     beyond the noise."""
     stderr = Console(stderr=True)
-    if token:  # to the worker through its environment, never its argv (ps shows it)
-        os.environ["COSTMODEL_TOKEN"] = token
     if not worker:
         # Some option sets crash XLA itself: tune in a child process, restarted after
         # a crash; the restarted run leaves the crashing config out (its journal).
+        # The token goes to it on its stdin: never its argv (ps shows that), nor its
+        # environment (isolate.py).
         omit = ("token", "restarts", "worker")
         argv = [*forwarded_argv(ctx, omit), "--worker"]
-        raise typer.Exit(supervise(argv, restarts, stderr.print))
+        raise typer.Exit(supervise(argv, restarts, stderr.print, token=token))
+    token = worker_token()
     kwargs: dict[str, Any] = {
         "strategy": strategy.value,
         "seed": seed,
@@ -121,6 +123,7 @@ def tune(  # noqa: PLR0913 -- typer: one parameter per command-line option
         console.print(line, highlight=False)
 
 
+@to_stderr()  # what the program prints (importing, tracing) is not the report
 def _work(
     program: str,
     server: str | None,
@@ -182,5 +185,15 @@ def summary(report: TuneReport) -> list[str]:
         f"why: {report.reason}",
         f"service: {service}; target {report.target}; {report.compiler}; "
         f"{report.seconds:.1f} s",
+        *([] if report.load is None else [_load_line(report.load)]),
         *(f"note: {note}" for note in report.notes),
     ]
+
+
+def _load_line(load: Load) -> str:
+    """What the machine was doing: the figures depend on it (confirm.py)."""
+    start, end = load.start[0], load.end[0]
+    line = f"load: {start:.2f} -> {end:.2f} (1-min average)"
+    if load.confirm_controls is not None:
+        line += f"; fresh process's controls {load.confirm_controls:.1%} apart"
+    return line

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,19 @@ Rows = npt.NDArray[np.float32]
 # A tuning run measures a handful of executables several times: keep each measurement
 # short; rounds stop after 10 s once 3 are done.
 TUNE_PROTOCOL = TimingProtocol(runs=3, min_rounds=3, max_rounds=5, budget_s=10.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hooks:
+    """Test hooks, passed as arguments (never read from the environment), so a
+    test can make XLA's rare failures happen on a tiny program: ``crash_at``
+    ``"candidate"`` kills the tuning process with SIGSEGV while it compiles its
+    first candidate (once: the restarted run finds it in the crash journal and
+    leaves it out), ``"confirm"`` kills the confirmation's child; the fresh
+    process's times of the finalist are multiplied by ``config_scale``."""
+
+    crash_at: Literal["candidate", "confirm"] | None = None
+    config_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,9 @@ class TuneConfig:
     # reuse a decision only when this many distinct writers made it.
     reuse: bool = True
     min_writers: int = 1
+    # Rounds of the finalist's confirmation in a fresh process (confirm.py).
+    confirm_rounds: int = 7
+    hooks: Hooks = Hooks()
 
     def __post_init__(self) -> None:
         if self.strategy not in ("model", "random"):
@@ -72,6 +88,8 @@ class TuneConfig:
             raise ValueError("max_pairs must be >= repeats")
         if self.min_writers < 1:
             raise ValueError("min_writers must be >= 1")
+        if self.confirm_rounds < 7:
+            raise ValueError("confirm_rounds must be >= 7: fewer cannot say faster")
 
     @property
     def finalists(self) -> int:
@@ -81,6 +99,23 @@ class TuneConfig:
     def plan(self) -> list[policy.Round]:
         """The rounds (``policy.plan``): the portfolio first, then the ranking."""
         return policy.plan(self.budget, self.rounds)
+
+
+def config_to_json(cfg: TuneConfig) -> dict[str, Any]:
+    """``cfg`` as JSON, for a tuning run in a child process (``jit_tuning.tune_job``)."""
+    body = asdict(cfg)
+    body["crash_dir"] = None if cfg.crash_dir is None else str(cfg.crash_dir)
+    return body
+
+
+def config_from_json(body: dict[str, Any]) -> TuneConfig:
+    """``config_to_json``'s inverse."""
+    fields = dict(body)
+    fields["protocol"] = TimingProtocol(**fields["protocol"])
+    fields["hooks"] = Hooks(**fields["hooks"])
+    if fields["crash_dir"] is not None:
+        fields["crash_dir"] = Path(fields["crash_dir"])
+    return TuneConfig(**fields)
 
 
 def default_crash_dir() -> Path:

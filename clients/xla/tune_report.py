@@ -9,20 +9,40 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from xla_costmodel.clients.payloads import PreparedGraph
-from xla_costmodel.clients.wire import BestKnown
+from xla_costmodel.clients.wire import BestKnown, Refuted
 from xla_costmodel.clients.xla import reuse
 from xla_costmodel.clients.xla.pickers import Picker
 from xla_costmodel.clients.xla.tune_config import Options, Rows, TuneConfig
 from xla_costmodel.clients.xla.tune_rounds import Candidate, Rounds
 from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs.paired import summarize
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load:
+    """The load a run saw (its figures depend on it: confirm.py): the load averages
+    (1, 5, 15 min) at its start and end, the in-process controls' worst
+    disagreement (``noise``), and in the fresh process that confirmed the
+    finalist, its two controls' disagreement and its 1-min load at start and end
+    (None: nothing was confirmed)."""
+
+    start: tuple[float, float, float]
+    end: tuple[float, float, float]
+    noise: float
+    confirm_controls: float | None = None
+    confirm_load: tuple[float, float] | None = None
 
 
 @dataclass
 class TuneReport:
     """What ``tune`` measured and chose; ``to_json()`` is a JSON-ready dict.
 
-    ``speedup`` = ``default_ms / best_ms`` of the chosen options (1.0 when the
-    default stays). ``measured``: one ``{"compiler_options", "ms", "vs_default",
+    ``speedup``: the median over the fresh process's pairs of default / chosen
+    (``tpugraphs.paired.summarize`` of the pairs the decision sends; 1.0 when the
+    default stays); ``default_ms`` and ``best_ms`` their medians. ``confirmed``:
+    that fresh process's measurement (``confirm.Confirmation.to_json``; also when
+    the finalist did not hold), ``config`` the chosen row, ``load`` what the run
+    saw. ``measured``: one ``{"compiler_options", "ms", "vs_default",
     "round"}`` per config measured in the rounds (``vs_default``: its runtime / the
     default's in the same measurement), plus ``final_ms`` for those measured again to
     choose; ``failed``: ``{"compiler_options", "error"}`` per config that did not
@@ -59,6 +79,10 @@ class TuneReport:
     graph_id: str | None = None
     decision_stored: bool | None = None  # None: not sent (random, no service)
     pairs: int = 0  # interleaved pairs the decisions spent (decide.Sequential)
+    config: list[float] | None = None  # the chosen row (None: the default)
+    confirmed: dict[str, Any] | None = None
+    load: Load | None = None
+    refuted: dict[str, Any] | None = None  # the fleet's decision this run refuted
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +105,8 @@ class RunState:
     why: str = ""  # why the default stays without rounds (no service, ...)
     picker: Picker | None = None
     decision_stored: bool | None = None  # None: not sent
+    refuted: Refuted | None = None  # the fleet's decision, shown wrong here
+    ignored: str = ""  # why the fleet's decision was not even tried
 
     @property
     def model_version(self) -> str | None:
@@ -96,17 +122,18 @@ def build_report(
     run: Rounds,
     chosen: Candidate | None,
     ns: tuple[int, int],
-    noise: float,
+    load: Load,
     started: float,
 ) -> TuneReport:
     """The run's report: ``ns`` the default's and the chosen options' runtimes,
-    ``started`` the run's start (``time.monotonic``)."""
+    ``load`` what the run saw, ``started`` its start (``time.monotonic``)."""
     default_ns, best_ns = ns
     cfg, rows = state.cfg, run.rows
+    pairs = () if chosen is None else chosen.pairs
     return TuneReport(
         default_ms=default_ns / 1e6,
         best_ms=best_ns / 1e6,
-        speedup=default_ns / best_ns,
+        speedup=summarize(pairs).speedup if pairs else 1.0,
         compiler_options={} if chosen is None else xla_cpu.to_options(rows[chosen.row]),
         measured=[_entry(m, rows) for m in run.measured],
         failed=run.failed,
@@ -114,13 +141,13 @@ def build_report(
         budget=cfg.budget,
         candidates=cfg.candidates,
         seed=cfg.seed,
-        noise=noise,
+        noise=load.noise,
         rounds=[r.to_json() for r in run.rounds],
         target=state.target,
         model=cfg.model,
         model_version=state.model_version,
         service_answered=state.answered,
-        reason=state.why or _reason(chosen, default_ns, best_ns, run.measured, cfg),
+        reason=state.why or _reason(chosen, run.measured, cfg),
         notes=run.notes,
         seconds=time.monotonic() - started,
         reused=state.reused,
@@ -129,31 +156,33 @@ def build_report(
         graph_id=None if state.program is None else state.program.graph_id,
         decision_stored=state.decision_stored,
         pairs=run.pairs,
+        config=None if chosen is None else [float(v) for v in rows[chosen.row]],
+        confirmed=None if run.confirmation is None else run.confirmation.to_json(),
+        load=load,
+        refuted=None if state.refuted is None else state.refuted.to_json(),
     )
 
 
 def _reason(
-    chosen: Candidate | None,
-    default_ns: int,
-    best_ns: int,
-    measured: list[Candidate],
-    cfg: TuneConfig,
+    chosen: Candidate | None, measured: list[Candidate], cfg: TuneConfig
 ) -> str:
     rule = (
         f"a sequential signed-rank test at {cfg.alpha} in {cfg.repeats} to "
         f"{cfg.max_pairs} pairs, and over {cfg.min_gain:.0%} faster"
     )
-    if chosen is not None:
-        v = chosen.verdict
-        p = v.p_value if v else float("nan")
-        n = v.pairs if v else 0
+    if chosen is not None and chosen.pairs:
+        s = summarize(chosen.pairs)
         return (
-            f"{default_ns / best_ns:.3f}x faster than the default in "
-            f"{n} interleaved pairs (p = {p:.3g}; kept when {rule})"
+            f"{s.speedup:.3f}x faster than the default in {s.pairs} rounds of a "
+            f"fresh process (p = {s.p_value:.3g}; a finalist of {rule}, kept when "
+            f"it holds there: faster on every CPU, <= 5% slower on one)"
         )
     if not measured:
         return "no config compiled: kept the default"
-    return f"no config was faster than the default ({rule}): kept the default"
+    return (
+        f"no config was faster than the default ({rule}; then in a fresh "
+        "process): kept the default"
+    )
 
 
 def _entry(m: Candidate, rows: Rows) -> dict[str, Any]:

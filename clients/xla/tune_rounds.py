@@ -3,11 +3,16 @@
 ``Rounds`` plays the rounds of ``policy.plan`` with a picker (``pickers.py``) on a
 ``Bench`` (``tune_bench.py``: compiling, measuring, verifying against the default)
 and makes the final choice (``Rounds.decide``: each of ``policy.finalists``
-verified, the fastest kept), logging each round as a ``RoundLog``.
+verified, the fastest kept), logging each round as a ``RoundLog``. The choice is
+then confirmed in a fresh process (``Rounds.confirm``, ``confirm.py``), and so is
+a fleet's decision on trial (``Rounds.verify``): compiled and output-checked
+here, timed there.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,6 +20,7 @@ import numpy as np
 
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.xla import decide, policy
+from xla_costmodel.clients.xla.confirm import Confirmation, Confirmer, holds
 from xla_costmodel.clients.xla.pickers import Picker
 from xla_costmodel.clients.xla.tune_bench import Bench
 from xla_costmodel.clients.xla.tune_config import (
@@ -39,6 +45,12 @@ class Candidate:
     final_ns: int | None = None  # median of its times in the final pairs
     final_default_ns: int | None = None  # and of the default's in the same pairs
     verdict: decide.Verdict | None = None  # the final comparison with the default
+    # Its timing in a fresh process (confirm.py): the pairs a decision sends.
+    confirmation: Confirmation | None = None
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        return () if self.confirmation is None else self.confirmation.pairs
 
 
 @dataclass(frozen=True)
@@ -65,8 +77,11 @@ class RoundLog:
 class Rounds:
     """One tuning run: its rounds, then the choice."""
 
-    def __init__(self, bench: Bench, rows: Rows, cfg: TuneConfig, log: Log) -> None:
+    def __init__(
+        self, bench: Bench, rows: Rows, cfg: TuneConfig, log: Log, confirmer: Confirmer
+    ) -> None:
         self.bench, self.rows, self.cfg, self.log = bench, rows, cfg, log
+        self.confirmer = confirmer
         # Row 0, the default, is measured as the controls; crashed rows are left out.
         self.tried = {0} | bench.crashed_rows(rows)
         self.measured: list[Candidate] = []
@@ -74,6 +89,8 @@ class Rounds:
         self.rounds: list[RoundLog] = []
         self.notes: list[str] = []
         self.pairs = 0  # interleaved pairs the final decision spent
+        self.refused_outputs = False  # verify(): the decision's outputs were refused
+        self.confirmation: Confirmation | None = None  # the latest fresh timing
         if len(self.tried) > 1:
             self.notes.append(
                 f"left out {len(self.tried) - 1} config(s) that crashed an earlier "
@@ -125,28 +142,51 @@ class Rounds:
         return ""
 
     def verify(self, row: int, options: Options) -> Candidate | None:
-        """Compile ``row`` alone and compare it with the default in interleaved
-        pairs (a stored decision, checked before any search); None if it did not
-        compile. Counts as one config of the budget."""
+        """Compile ``row`` alone here (its outputs checked against the default's),
+        then time it against the default in a fresh process (``confirm.py``): a
+        stored decision, checked before any search. None if it did not compile or
+        its outputs differ (``refused_outputs`` says which). Counts as one config
+        of the budget."""
         entry = self.bench.compile([config_key(self.rows[row])], [options])[0]
         self.tried.add(row)
         if entry.executable is None:
             self.failed.append({"compiler_options": options, "error": entry.error})
+            # It ran and its outputs were refused (not a compile error).
+            self.refused_outputs = entry.outputs is not None and not entry.outputs.ok
             return None
-        # Sequential, with the stored decision on trial (Bench.verify's reuse).
-        verdict, d, c = self.bench.verify(entry.executable, reuse=True)
-        self.pairs += len(d)
-        dn, cn = int(np.median(d)), int(np.median(c))
-        return Candidate(
-            row,
-            0,
-            cn,
-            cn / dn,
-            entry.executable,
-            final_ns=cn,
-            final_default_ns=dn,
-            verdict=verdict,
+        self.log("timing the fleet's decision against the default in a fresh process")
+        c = self.confirmer.run(options, self.cfg.confirm_rounds, self.cfg.protocol.runs)
+        self.confirmation = c
+        if c.summary is None:
+            self.notes.append(f"the fleet's decision was not timed ({c.error})")
+            return None
+        self.pairs += len(c.pairs)
+        dn = int(np.median([d for d, _ in c.pairs]))
+        cn = int(np.median([t for _, t in c.pairs]))
+        return Candidate(row, 0, cn, cn / dn, entry.executable, cn, dn, confirmation=c)
+
+    def confirm(self, m: Candidate) -> bool:
+        """Time ``m`` against the default in a fresh process (``confirm.py``): whether
+        it holds there (faster on every CPU, no real loss on one); a note when not."""
+        self.log("confirming the finalist against the default in a fresh process")
+        options = xla_cpu.to_options(self.rows[m.row])
+        c = self.confirmer.run(options, self.cfg.confirm_rounds, self.cfg.protocol.runs)
+        m.confirmation = self.confirmation = c
+        if c.summary is None:
+            self.notes.append(f"the finalist was not confirmed ({c.error})")
+            return False
+        self.pairs += len(c.pairs)
+        if holds(c, self.cfg.min_gain):
+            m.final_default_ns = int(np.median([d for d, _ in c.pairs]))
+            m.final_ns = int(np.median([t for _, t in c.pairs]))
+            return True
+        one = c.one_cpu_summary
+        self.notes.append(
+            f"the finalist did not hold in a fresh process ({c.summary.speedup:.3f}"
+            + ("" if one is None else f"; on one CPU {one.speedup:.3f}")
+            + f", p = {c.summary.p_value:.3g}): kept the default"
         )
+        return False
 
     def adopt(self, m: Candidate) -> None:
         """Count ``m``, measured before the rounds (a stored decision that was
@@ -157,6 +197,8 @@ class Rounds:
 
     def _measure(self, r: int, picks: list[int]) -> tuple[list[Candidate], int]:
         options = [xla_cpu.to_options(self.rows[i]) for i in picks]
+        if self.cfg.hooks.crash_at == "candidate" and picks:
+            self._crash(config_key(self.rows[picks[0]]))
         compiled = self.bench.compile(
             [config_key(self.rows[i]) for i in picks], options
         )
@@ -178,6 +220,16 @@ class Rounds:
         self.measured += new
         self._keep_best()
         return new, default_ns
+
+    def _crash(self, key: int) -> None:
+        """Test hook: die as XLA does compiling ``key``, unless an earlier run did
+        (the crash journal remembers: the restarted run goes on without it)."""
+        from xla_costmodel.clients.xla.probe import Journal
+
+        journal = Journal(self.bench.crash_journal)
+        if not journal.crashed():
+            journal.mark("c", key)  # begun, never ended: as a segfault leaves it
+            os.kill(os.getpid(), signal.SIGSEGV)
 
     def _keep_best(self) -> None:
         """Only the best few can still be chosen: free the other executables."""

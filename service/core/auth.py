@@ -116,6 +116,15 @@ class FeedbackAuth:
             raise Unauthorized("unknown or revoked writer token", FIELD)
         return found
 
+    async def anonymous_open(self, port: int | None) -> bool:
+        """Whether a request without a token may write through ``port`` (the
+        ``Host`` check aside): what anonymous decisions are served by
+        (``core/best.py``), so that once tokens are required, the rows stored
+        without one stop deciding anything."""
+        if self.mode == "off":
+            return True
+        return self.mode == "auto" and await self.loopback_only(port)
+
     async def _anonymous(self, caller: Caller) -> None:
         """Raise unless anonymous feedback is open to this caller."""
         local = self.mode != "token" and await self.loopback_only(caller.port)

@@ -1,44 +1,58 @@
-"""The best known decision for a program: what a tuner may reuse without tuning.
+"""The best known decision for a program: what a tuner (or ``jit``) may reuse.
 
-    choose(decisions, compiler, min_writers) -> Choice | None    pure: the rule below
+    choose(decisions, compiler, min_writers) -> Ruling | None    pure: the rule below
     BestLookup.best(query) -> Choice                              NoDecision if none
 
-Among one graph's servable decisions on one target (``store/decisions.py``: not from
-revoked writers, nor from writers no longer allowed the target; anonymous ones count
-as one writer):
+The rule (docs/reuse.md, "What the fleet applies"), over a program's servable
+decisions on one target (``store/decisions.py``: not from revoked writers, nor from
+writers no longer allowed the target; anonymous ones only while the server accepts
+anonymous writes; rows the collection refuses as decisions never):
 
-1. only configs that at least ``min_writers`` distinct writers decided, under one
-   compiler, are considered;
-2. the decisions under the asked compiler, if there are any; otherwise those under
-   the freshest compiler (that of the most recent decision), answered ``stale``
-   when a compiler was asked: the config was measured under another build;
-3. the one with the highest ``speedup_low`` (the speedup it is confidently worth);
-   ties: the config more writers decided, then the newest decision.
+1. per compiler: the asked compiler's decisions if a row is served under it, else
+   those of the freshest compiler that serves one (answered ``stale`` when a
+   compiler was asked: the row was measured under another build);
+2. each writer counts once, by its newest decision (anonymous ones: one writer);
+3. for each exact row r: its supporters are the writers whose decision is r, kept
+   as the default or measured faster (``p_value <= ALPHA`` and ``speedup > 1``);
+   its opposers those whose decision refutes r as "slower", or is r measured
+   slower (``speedup_high < 1``); any writer that refuted r as "outputs" vetoes it;
+4. r is served only with ``votes = supporters - opposers >= 1``, at least
+   ``min_writers`` supporters, and no veto; the best is the max by (votes, median
+   of its supporters' ``speedup_low``, newest supporter). The answer is the
+   supporter decision with the (lower) median ``speedup_low``; ``writers`` counts
+   the supporters.
 
-Lookups of a known graph send no database statement (``decision_cache.py``). A
-program named by its HLO fingerprint (``jit``: hashing is cheaper than featurizing)
-is the graph of the newest decision stored with that fingerprint; the mapping never
-changes once found, so it is kept in memory and a known fingerprint costs nothing
-more.
+So one writer makes ``jit`` apply a row only if it measured the row faster itself
+and no row has more net votes; another writer's verification that shows it slower
+cancels it, and any output-mismatch report removes it.
+
+A program is named by graph id or by the HLO fingerprint ``jit`` sends (hashing is
+cheaper than featurizing): then every decision stored with that fingerprint on the
+target is pooled, whatever graph it names, by the same rule. Both kinds of lookup
+are cached (``decision_cache.py``): a known program costs no database statement.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import statistics
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+import numpy as np
 
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.decision_cache import DecisionCache, DecisionKey
 from xla_costmodel.service.core.errors import DecisionsUnavailable, NoDecision
-from xla_costmodel.service.core.lru import LRU
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.store import StoredDecision, StoreUnavailable
+from xla_costmodel.tpugraphs.collections import CollectionSpec, get
+from xla_costmodel.tpugraphs.paired import ALPHA
 
 LookupResult = Literal["hit", "miss", "stale"]
-FINGERPRINTS = 16_384  # (collection, target, fingerprint) -> graph id, in memory
-Fingerprint = tuple[str, str, str]  # collection, target, HLO fingerprint
+Row = tuple[tuple[int, ...], bytes]  # an exact row: shape, float32 bytes
 
 
 class BestEvents(Protocol):
@@ -48,52 +62,162 @@ class BestEvents(Protocol):
     def store_error(self, op: str) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BestQuery:
     """A program named by ``graph_id`` or by ``hlo_fingerprint`` (exactly one)."""
 
     model: str
-    graph_id: str | None
+    graph_id: str | None = None
+    hlo_fingerprint: str | None = None
     target: str | None = None  # default: the model's
     compiler: str | None = None  # None: any (the freshest compiler's)
     min_writers: int = 1
-    hlo_fingerprint: str | None = None
+    # Whether anonymous decisions count: only while the server accepts anonymous
+    # writes (``FeedbackAuth.anonymous_open``).
+    anonymous: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Ruling:
+    decision: StoredDecision  # the supporter with the (lower) median speedup_low
+    writers: int  # its row's supporters
+    stale: bool  # decided under another compiler than the one asked
+
+
+@dataclass(frozen=True, kw_only=True)
 class Choice:
     decision: StoredDecision
     target: str
-    writers: int  # distinct writers that decided its config under its compiler
-    stale: bool  # decided under another compiler than the one asked
-    graph_id: str  # the program's (asked, or found by its HLO fingerprint)
+    writers: int
+    stale: bool
+    graph_id: str  # the answered decision's (asked, or found by fingerprint)
+    compiler_options: dict[str, Any]  # derived from the row
+
+    # The answered decision's own fields, by name: ``GET /v1/best``'s answer is
+    # built from the choice by attribute (``BestOut.model_validate``).
+    @property
+    def config(self) -> list[Any]:
+        return list(self.decision.config.tolist())
+
+    @property
+    def speedup(self) -> float:
+        return self.decision.speedup
+
+    @property
+    def speedup_low(self) -> float:
+        return self.decision.speedup_low
+
+    @property
+    def p_value(self) -> float | None:
+        return self.decision.p_value
+
+    @property
+    def decided_at(self) -> datetime:
+        return self.decision.decided_at
+
+    @property
+    def compiler(self) -> str | None:
+        return self.decision.compiler
+
+    @property
+    def model(self) -> str:
+        return self.decision.model
+
+    @property
+    def kept_default(self) -> bool:
+        return self.decision.kept_default
+
+    @property
+    def pairs(self) -> int:
+        return self.decision.pairs
+
+    @property
+    def strategy(self) -> str:
+        return self.decision.strategy
 
 
 def choose(
     decisions: Sequence[StoredDecision], compiler: str | None, min_writers: int
-) -> tuple[StoredDecision, int, bool] | None:
-    """(decision, writers, stale) by the module's rule; None when nothing qualifies."""
-    writers: dict[tuple[object, ...], set[str | None]] = defaultdict(set)
+) -> Ruling | None:
+    """The decision to serve by the module's rule; None when no row qualifies."""
+    pools: dict[str | None, list[StoredDecision]] = defaultdict(list)
     for d in decisions:
-        writers[_config_key(d)].add(d.writer)
-
-    def count(d: StoredDecision) -> int:
-        return len(writers[_config_key(d)])
-
-    qualified = [d for d in decisions if count(d) >= min_writers]
-    if not qualified:
+        pools[d.compiler].append(d)
+    served = {
+        c: found
+        for c, pool in pools.items()
+        if (found := _best_row(pool, min_writers)) is not None
+    }
+    if not served:
         return None
-    pool = [d for d in qualified if compiler is not None and d.compiler == compiler]
-    if not pool:
-        freshest = max(qualified, key=lambda d: (d.decided_at, d.id)).compiler
-        pool = [d for d in qualified if d.compiler == freshest]
-    best = max(pool, key=lambda d: (d.speedup_low, count(d), d.decided_at, d.id))
-    return best, count(best), compiler is not None and best.compiler != compiler
+    if compiler is not None and compiler in served:
+        compiler_served: str | None = compiler
+    else:  # None is a pool too (unknown compiler), never "any" asked for
+        compiler_served = max(served, key=lambda c: max(_age(d) for d in pools[c]))
+    decision, writers = served[compiler_served]
+    stale = compiler is not None and compiler_served != compiler
+    return Ruling(decision=decision, writers=writers, stale=stale)
 
 
-def _config_key(d: StoredDecision) -> tuple[object, ...]:
+def _best_row(
+    pool: Sequence[StoredDecision], min_writers: int
+) -> tuple[StoredDecision, int] | None:
+    """Under one compiler: the served row's answer and supporters, or None."""
+    newest: dict[str | None, StoredDecision] = {}
+    for d in pool:  # each writer one vote: its newest decision
+        if d.writer not in newest or _age(d) > _age(newest[d.writer]):
+            newest[d.writer] = d
+    supporters: dict[Row, list[StoredDecision]] = defaultdict(list)
+    opposers: Counter[Row] = Counter()
+    vetoed: set[Row] = set()
+    for d in newest.values():
+        row = _row(d.config)
+        if d.kept_default or (
+            d.p_value is not None and d.p_value <= ALPHA and d.speedup > 1.0
+        ):
+            supporters[row].append(d)
+        elif d.speedup_high is not None and d.speedup_high < 1.0:
+            opposers[row] += 1
+        if d.refuted_config is not None:
+            refuted = _row(d.refuted_config)
+            if d.refuted_reason == "outputs":
+                vetoed.add(refuted)
+            else:
+                opposers[refuted] += 1
+    ranked = []
+    for row, backing in supporters.items():
+        votes = len(backing) - opposers[row]
+        if votes < 1 or len(backing) < min_writers or row in vetoed:
+            continue
+        median = statistics.median(d.speedup_low for d in backing)
+        ranked.append(((votes, median, max(_age(d) for d in backing)), backing))
+    if not ranked:
+        return None
+    _, backing = max(ranked, key=lambda r: r[0])
+    by_low = sorted(backing, key=lambda d: (d.speedup_low, _age(d)))
+    return by_low[(len(by_low) - 1) // 2], len(backing)
+
+
+def _row(config: np.ndarray[Any, Any]) -> Row:
     # The decoded float32 row: one config stored in two dtypes is one config.
-    return (d.compiler, d.config.shape, d.config.tobytes())
+    arr = np.asarray(config, np.float32)
+    return arr.shape, arr.tobytes()
+
+
+def _age(d: StoredDecision) -> tuple[Any, int]:
+    return d.decided_at, d.id
+
+
+def _servable(spec: CollectionSpec, d: StoredDecision) -> bool:
+    """A row the collection takes as a decision (rows stored before the rule
+    were not checked)."""
+    if spec.decision_options is None:
+        return True
+    try:
+        spec.decision_options(d.config)
+    except ValueError:
+        return False
+    return True
 
 
 class BestLookup:
@@ -108,55 +232,61 @@ class BestLookup:
         self.db = db
         self.cache = cache
         self.events = events
-        self._graphs: LRU[Fingerprint, str] = LRU(FINGERPRINTS)
 
     async def best(self, query: BestQuery) -> Choice:
-        """The decision to reuse for ``query``'s graph; ``NoDecision`` if none."""
+        """The decision to reuse for ``query``'s program; ``NoDecision`` if none."""
         runner = self.registry.get(query.model)
         target = query.target or runner.manifest.target
-        gid = query.graph_id or await self._graph_of(
-            (runner.collection, target, query.hlo_fingerprint or "")
-        )
-        key = DecisionKey(runner.collection, target, gid or "")
-        found = (
-            None
-            if gid is None
-            else choose(await self._decisions(key), query.compiler, query.min_writers)
-        )
+        spec = get(runner.collection)
+        if query.graph_id is not None:
+            key = DecisionKey.graph(runner.collection, target, query.graph_id)
+        else:
+            fp = query.hlo_fingerprint or ""
+            key = DecisionKey.fingerprint(runner.collection, target, fp)
+        decisions = await self._decisions(key, spec)
+        if not query.anonymous:
+            decisions = tuple(d for d in decisions if d.writer is not None)
+        found = choose(decisions, query.compiler, query.min_writers)
         if found is None:
             self.events.best_lookup(target, "miss")
             name = "graph_id" if query.graph_id else "hlo_fingerprint"
             raise NoDecision(
-                f"no decision for {name} {query.graph_id or query.hlo_fingerprint} "
-                f"on target {target!r}"
+                f"no decision for {name} {key.name} on target {target!r}"
                 + (f" by {query.min_writers}+ writers" if query.min_writers > 1 else "")
                 + ": tune it (and POST /v1/decisions)",
                 name,
             )
-        decision, writers, stale = found
-        self.events.best_lookup(target, "stale" if stale else "hit")
-        return Choice(decision, target, writers, stale, key.graph_id)
+        d = found.decision
+        self.events.best_lookup(target, "stale" if found.stale else "hit")
+        options = (
+            {} if spec.decision_options is None else spec.decision_options(d.config)
+        )
+        return Choice(
+            decision=d,
+            target=target,
+            writers=found.writers,
+            stale=found.stale,
+            graph_id=d.graph_id,
+            compiler_options=dict(options),
+        )
 
-    async def _graph_of(self, fingerprint: Fingerprint) -> str | None:
-        """The graph a fingerprint names (kept once found: it never changes)."""
-        known = self._graphs.get(fingerprint)
-        if known is not None:
-            return known
-        try:
-            found = await self.db.run(lambda s: s.decisions.graph_of(*fingerprint))
-        except StoreUnavailable:
-            self.events.store_error("read_decisions")
-            raise DecisionsUnavailable(
-                "decisions not read: the measurement database is unavailable; "
-                "retry later"
-            ) from None
-        if found is not None:
-            self._graphs.put(fingerprint, found)
-        return found
-
-    async def _decisions(self, key: DecisionKey) -> Sequence[StoredDecision]:
+    async def _decisions(
+        self, key: DecisionKey, spec: CollectionSpec
+    ) -> Sequence[StoredDecision]:
         async def read() -> list[StoredDecision]:
-            return await self.db.run(lambda s: s.decisions.for_graph(*key))
+            if key.kind == "graph":
+                rows = await self.db.run(
+                    lambda s: s.decisions.for_graph(
+                        key.collection, key.target, key.name
+                    )
+                )
+            else:
+                rows = await self.db.run(
+                    lambda s: s.decisions.for_fingerprint(
+                        key.collection, key.target, key.name
+                    )
+                )
+            return [d for d in rows if _servable(spec, d)]
 
         try:
             return await self.cache.decisions(key, read)

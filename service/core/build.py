@@ -161,7 +161,7 @@ def build_core(
         ranker=Ranker(registry, graphs, pool, shaper, recent, limits),
         feedback=feedback,
         decisions=DecisionRecorder(
-            registry, db, generations, limits, metrics.decisions
+            registry, db, generations, limits, metrics.decisions, _quota(settings)
         ),
         best=BestLookup(registry, db, DecisionCache(generations), metrics.best),
         feedback_auth=FeedbackAuth(db, settings.feedback_auth, metrics.stores),

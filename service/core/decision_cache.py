@@ -1,13 +1,17 @@
-"""Each graph's servable decisions, per process: no database query per lookup.
+"""Each program's servable decisions, per process: no database query per lookup.
 
     cache = DecisionCache(generations)
-    await cache.decisions(DecisionKey(collection, target, graph_id), read)
+    await cache.decisions(DecisionKey.graph(collection, target, graph_id), read)
+    await cache.decisions(DecisionKey.fingerprint(collection, target, fp), read)
                                          cached while trusted, else ``await read()``
 
+Two kinds of entry: a graph's decisions, and the decisions stored with one HLO
+fingerprint on a target (whatever graphs they name: ``best.py`` pools them).
 Entries follow the measurement generations (``generations.py``): storing a decision
-is a ``Generations.wrote`` of its graph, which drops the entry here at once in the
-writing process and, through the Redis notification, in every other one
-(``on_key_change``); an entry is trusted no longer than ``Generations.trust_s``
+is a ``Generations.wrote`` of its graph, which drops the graph's entry and every
+fingerprint entry of its target (a decision of any graph may name the fingerprint)
+at once in the writing process and, through the Redis notification, in every other
+one (``on_key_change``); an entry is trusted no longer than ``Generations.trust_s``
 (``COSTMODEL_FRESHNESS_S`` while no subscription is live and other processes share
 the database). A read that began before an invalidation of its key is returned but
 not cached: it may predate the write (``trusted.py``, as for the generations).
@@ -15,47 +19,85 @@ not cached: it may predate the write (``trusted.py``, as for the generations).
 Revoking or purging a writer is no graph's write: ``costmodel tokens revoke`` and
 ``measurements purge`` announce it through Redis (``generations.announce``), which
 clears every entry in every subscribed process at once (``on_key_change`` with
-None). Unannounced (the tool not given the service's Redis), its decisions leave
-the answers when the entry is next read, at most ``trust_s`` later (60 s).
+None), fingerprint answers included: the honest decision is served again at once.
+Unannounced (the tool not given the service's Redis), its decisions leave the
+answers when the entry is next read, at most ``trust_s`` later (60 s).
+
+The cache holds at most ``CACHE_BYTES`` of decisions (``weigh``): a program may
+have many writers' decisions, each writer's rows as wide as the collection's.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from xla_costmodel.service.core.generations import GenerationKey, Generations
 from xla_costmodel.service.core.trusted import TrustedCache
 from xla_costmodel.service.store import StoredDecision
 
 Decisions = tuple[StoredDecision, ...]
-ENTRIES = 16_384  # graphs; a few KB each (their decisions' rows)
+# What the process keeps of decisions: 32 MiB is ~40,000 xla_cpu decisions (a few
+# hundred bytes each) or a few hundred programs' worth of per-node layout rows;
+# lookups past it cost one indexed query, as a cold graph does.
+CACHE_BYTES = 32 << 20
+# A decision's Python objects besides its arrays and options (dataclass, floats,
+# strings, datetime): measured ~700 bytes with sys.getsizeof, rounded up.
+DECISION_OVERHEAD = 1024
+ENTRY_OVERHEAD = 256  # the key, the tuple, the cache's own entry
 
 
 class DecisionKey(NamedTuple):
-    """A graph's decisions: of ``collection``'s model, on ``target``."""
+    """A program's decisions, of ``collection``'s model, on ``target``: by graph
+    id, or by the HLO fingerprint stored with them."""
 
     collection: str
     target: str
-    graph_id: str
+    kind: Literal["graph", "fingerprint"]
+    name: str  # the graph id or the fingerprint
+
+    @classmethod
+    def graph(cls, collection: str, target: str, graph_id: str) -> DecisionKey:
+        return cls(collection, target, "graph", graph_id)
+
+    @classmethod
+    def fingerprint(cls, collection: str, target: str, fp: str) -> DecisionKey:
+        return cls(collection, target, "fingerprint", fp)
+
+
+def weigh(decisions: Decisions) -> int:
+    """Bytes an entry holds, near enough for a bound."""
+    size = ENTRY_OVERHEAD
+    for d in decisions:
+        size += (
+            DECISION_OVERHEAD + d.config.nbytes + len(json.dumps(d.compiler_options))
+        )
+        if d.refuted_config is not None:
+            size += d.refuted_config.nbytes
+    return size
 
 
 class DecisionCache:
     def __init__(
         self,
         generations: Generations,
-        entries: int = ENTRIES,
+        capacity_bytes: int = CACHE_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.generations = generations
         self._cache: TrustedCache[DecisionKey, Decisions] = TrustedCache(
-            entries, generations.trust_s, clock
+            capacity_bytes, generations.trust_s, clock, weigh
         )
         generations.on_key_change(self._changed)
 
     def __len__(self) -> int:
         return len(self._cache)
+
+    @property
+    def used_bytes(self) -> int:
+        return self._cache.used
 
     async def decisions(
         self,
@@ -77,5 +119,7 @@ class DecisionCache:
             self._cache.clear()
         elif key.graph_id is not None:  # a target's: the graph's own comes with it
             self._cache.invalidate(
-                DecisionKey(key.collection, key.target, key.graph_id)
+                DecisionKey.graph(key.collection, key.target, key.graph_id)
             )
+            where = (key.collection, key.target, "fingerprint")
+            self._cache.invalidate_where(lambda k: k[:3] == where)

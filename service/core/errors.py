@@ -3,6 +3,8 @@
     ServiceError                     base: code, message, field
     ├── InvalidRequest               422 invalid_request: shapes, dtypes, NaN/inf, ranges
     ├── IdempotencyConflict          422 idempotency_key_reused: same key, other request
+    ├── DecisionUnmeasured           422 decision_unmeasured: a decision without the
+    │                                    writer's own measurements behind it
     ├── MalformedBody                400 malformed_body: unparseable JSON or npz
     ├── UnsupportedMediaType         415 unsupported_media_type
     ├── PayloadTooLarge              413 payload_too_large
@@ -54,6 +56,14 @@ class InvalidRequest(ServiceError):
 
 class IdempotencyConflict(ServiceError):
     code = "idempotency_key_reused"
+
+
+class DecisionUnmeasured(ServiceError):
+    """A tuning decision the writer did not measure: no paired runtimes for a
+    config, a graph the measurement database lacks, or a kept default of a graph
+    the writer never measured (``core/decisions.py``)."""
+
+    code = "decision_unmeasured"
 
 
 class MalformedBody(ServiceError):

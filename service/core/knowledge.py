@@ -3,6 +3,7 @@
     TargetKnowledge.get(runner, target) -> Knowledge | None     no I/O: for a rank
     TargetKnowledge.touch()                     a write anywhere (generations' listener)
     TargetKnowledge.refresher(period_s) -> Periodic                the refresher
+    await TargetKnowledge.refreshed()      once a refresh after every wake-up ended
 
 Per (model, version, target) the service keeps one
 ``xla_costmodel.tpugraphs.knowledge.Knowledge``: the artifact's seeds for that target
@@ -31,6 +32,8 @@ thread when it changed. So feedback stored through any replica shapes every
 replica's rankings within the notification bound plus one fit (``period_s`` plus
 one fit without a live notification channel; docs/feedback.md). Until a target was
 fitted once, ``get`` answers the seeds alone, built when the model loads.
+``refreshed`` waits for the refresh a write woke, not for a quiet period (a test
+that counts the rank path's statements must not count the refit's).
 """
 
 from __future__ import annotations
@@ -129,6 +132,9 @@ class TargetKnowledge:
         self._asked: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._wake = asyncio.Event()
         self._versions = 0
+        self._wakes = 0  # wake-ups so far (writes heard, targets first ranked)
+        self._covered = 0  # of those, the ones a refresh began after and ended
+        self._ended = asyncio.Condition()  # a refresh ended
 
     # -- the request path: memory only ------------------------------------------
 
@@ -151,7 +157,7 @@ class TargetKnowledge:
                 self._asked.popitem(last=False)
         else:
             self._wanted[key] = _Want(runner, target)
-            self._wake.set()
+            self.touch()
             while len(self._wanted) > MAX_TARGETS:
                 dropped, _ = self._wanted.popitem(last=False)
                 self._entries.pop(dropped, None)
@@ -161,7 +167,17 @@ class TargetKnowledge:
 
     def touch(self) -> None:
         """This process stored measurements: refresh now, not at the next tick."""
+        self._wakes += 1
         self._wake.set()
+
+    async def refreshed(self) -> None:
+        """Return once a refresh that began after every wake-up so far has ended:
+        the knowledge then holds every write this process had heard of at the call,
+        and no refresh they woke is left (the next runs at a tick or a new wake-up).
+        A refresh that failed has ended too (its errors are counted)."""
+        wanted = self._wakes
+        async with self._ended:
+            await self._ended.wait_for(lambda: self._covered >= wanted)
 
     def _changed(self, where: tuple[str, str] | None) -> None:
         """``generations``' notice of a write: that target exists now; refresh."""
@@ -204,6 +220,15 @@ class TargetKnowledge:
     async def refresh(self) -> None:
         """Fit every wanted (model, version, target) that is new or whose
         measurements changed since its last fit; first learn which targets exist."""
+        began = self._wakes  # no await since the wake-up event was cleared
+        try:
+            await self._refresh_all()
+        finally:
+            self._covered = max(self._covered, began)
+            async with self._ended:
+                self._ended.notify_all()
+
+    async def _refresh_all(self) -> None:
         try:
             await self._learn_targets()
         except StoreError as exc:

@@ -64,6 +64,11 @@ class LRU(Generic[K, V]):
                 _, (_, evicted) = self._entries.popitem(last=False)
                 self.used -= evicted
 
+    def keys(self) -> list[K]:
+        """The keys kept, least recent first (a snapshot)."""
+        with self._lock:
+            return list(self._entries)
+
     def discard(self, key: K) -> None:
         with self._lock:
             self._pop(key)

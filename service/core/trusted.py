@@ -5,18 +5,20 @@ graph's decisions) share.
     cache = TrustedCache(entries, trust_s)
     value, hit = await cache.get(key, read)   from memory while trusted, else read()
     cache.invalidate(key)                     key was written: drop it
+    cache.invalidate_where(predicate)         every key it holds for, likewise
     cache.clear()                             anything may have changed
 
 An entry is trusted for ``trust_s()`` seconds (asked at each lookup) after its read
 began. A read that began before an invalidation of its key (or a ``clear``) is
 returned but not cached: it may predate the write. ``read``'s errors propagate, and
-nothing is cached then. At most ``entries`` values are kept (least recent out).
+nothing is cached then. At most ``entries`` values are kept (least recent out); with
+``weigh``, at most ``entries`` of their weight (bytes, say).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -45,14 +47,27 @@ class TrustedCache(Generic[K, V]):
         entries: int,
         trust_s: Callable[[], float],
         clock: Callable[[], float] = time.monotonic,
+        weigh: Callable[[V], int] | None = None,
     ) -> None:
         self.trust_s = trust_s
         self._clock = clock
-        self._entries: LRU[K, _Entry[V]] = LRU(entries)
+        self._weigh = weigh
+        self._entries: LRU[K, _Entry[V]] = self._empty(entries)
         self._reads: dict[K, set[_Read]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def used(self) -> int:
+        """The weight kept (entries, without ``weigh``)."""
+        return self._entries.used
+
+    def _empty(self, capacity: int) -> LRU[K, _Entry[V]]:
+        weigh = self._weigh
+        if weigh is None:
+            return LRU(capacity)
+        return LRU(capacity, lambda entry: weigh(entry.value))
 
     async def get(self, key: K, read: Callable[[], Awaitable[V]]) -> tuple[V, bool]:
         """The value of ``key`` and whether it came from memory (trusted), else
@@ -80,9 +95,16 @@ class TrustedCache(Generic[K, V]):
         for pending in self._reads.get(key, ()):
             pending.stale = True
 
+    def invalidate_where(self, written: Callable[[K], bool]) -> None:
+        """Every key for which ``written(key)`` holds was written (kept or being
+        read): as ``invalidate`` of each."""
+        keys: Iterable[K] = [*self._entries.keys(), *self._reads]
+        for key in [k for k in keys if written(k)]:
+            self.invalidate(key)
+
     def clear(self) -> None:
         """Anything may have changed: drop every entry; no read under way is cached."""
-        self._entries = LRU(self._entries.capacity)
+        self._entries = self._empty(self._entries.capacity)
         for reads in self._reads.values():
             for pending in reads:
                 pending.stale = True

@@ -9,16 +9,22 @@ from pydantic import ValidationError
 
 from xla_costmodel.service.body import read_body
 from xla_costmodel.service.codecs import JSON_MEDIA_TYPE, media_type, validation_error
-from xla_costmodel.service.core.best import BestQuery
-from xla_costmodel.service.core.decisions import DecisionRequest
-from xla_costmodel.service.deps import BestDep, DecisionsDep, SettingsDep, WriterDep
+from xla_costmodel.service.core.best import BestQuery, Choice
+from xla_costmodel.service.core.decisions import DecisionRequest, Refutation
+from xla_costmodel.service.deps import (
+    AnonymousDep,
+    BestDep,
+    DecisionsDep,
+    SettingsDep,
+    WriterDep,
+)
 from xla_costmodel.service.errors import InvalidRequest, UnsupportedMediaType
-from xla_costmodel.service.logs import request_id
-from xla_costmodel.service.routes.feedback import (
+from xla_costmodel.service.idempotency import (
     IDEMPOTENCY_KEY,
     REPLAYED_HEADER,
     check_idempotency_key,
 )
+from xla_costmodel.service.logs import request_id
 from xla_costmodel.service.schemas import (
     COMPILER,
     HEX64,
@@ -29,6 +35,8 @@ from xla_costmodel.service.schemas import (
     error_responses,
     json_only_body,
 )
+from xla_costmodel.service.schemas.decisions import RefutedIn
+from xla_costmodel.service.store import Writer
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
 
@@ -38,7 +46,7 @@ router = APIRouter(prefix="/v1", tags=["decisions"])
     response_model=DecisionOut,
     responses={
         200: {"headers": {"Idempotent-Replayed": REPLAYED_HEADER}},
-        **error_responses(400, 401, 403, 404, 408, 413, 415, 422, 503),
+        **error_responses(400, 401, 403, 404, 408, 413, 415, 422, 429, 503),
     },
     openapi_extra=json_only_body(DecisionIn),
 )
@@ -56,24 +64,24 @@ async def decide(
         json_schema_extra={"pattern": IDEMPOTENCY_KEY.pattern, "maxLength": 200},
     ),
 ) -> DecisionOut:
-    """Store what a tuner kept for a program (acknowledged once committed)."""
+    """Store what a tuner kept for a program and the pairs that measured it
+    (acknowledged once committed; docs/reuse.md)."""
     check_idempotency_key(idempotency_key)
     body = await read_body(request, settings.max_body_bytes)
-    req = _decode(body, request.headers.get("content-type"))
-    request.state.model = req.model
+    wire = _decode(body, request.headers.get("content-type"))
+    request.state.model = wire.model
     digest = hashlib.sha256(body).hexdigest() if idempotency_key else None
-    r = await recorder.record(
-        DecisionRequest(
-            **req.model_dump(),
-            request_id=request_id.get(),
-            idempotency_key=idempotency_key,
-            request_hash=digest,
-            writer=writer,
-        )
+    req = _decision_request(
+        wire,
+        request_id=request_id.get(),
+        idempotency_key=idempotency_key,
+        request_hash=digest,
+        writer=writer,
     )
+    r = await recorder.record(req)
     if r.replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return DecisionOut(**r.to_json())
+    return DecisionOut.model_validate(r, from_attributes=True)
 
 
 @router.get(
@@ -84,6 +92,7 @@ async def decide(
 async def best(
     request: Request,
     lookup: BestDep,
+    anonymous: AnonymousDep,
     model: str = Query(min_length=1, max_length=64),
     graph_id: str | None = Query(
         None, pattern=HEX64, description="the program; or give hlo_fingerprint"
@@ -101,37 +110,30 @@ async def best(
         None, pattern=COMPILER, description="prefer decisions under this compiler"
     ),
     min_writers: int = Query(
-        1, ge=1, le=1000, description="only configs this many writers decided"
+        1,
+        ge=1,
+        le=1000,
+        description="only a row this many writers support (docs/reuse.md)",
     ),
 ) -> BestOut:
     """The best known decision for a program on a target: a tuner may reuse it
-    instead of tuning (selection: docs/reuse.md). No database query per lookup of
-    a graph already looked up."""
+    instead of tuning (the rule: docs/reuse.md, "What the fleet applies"). No
+    database query per lookup of a graph or fingerprint already looked up."""
     request.state.model = model
     if (graph_id is None) == (hlo_fingerprint is None):
         raise InvalidRequest(
             "give exactly one of graph_id and hlo_fingerprint", "graph_id"
         )
-    query = BestQuery(model, graph_id, target, compiler, min_writers, hlo_fingerprint)
-    choice = await lookup.best(query)
-    d = choice.decision
-    return BestOut(
-        graph_id=choice.graph_id,
-        target=choice.target,
-        config=d.config.tolist(),
-        compiler_options={} if d.kept_default else d.compiler_options,
-        speedup=d.speedup,
-        speedup_low=d.speedup_low,
-        p_value=d.p_value,
-        writers=choice.writers,
-        decided_at=d.decided_at,
-        compiler=d.compiler,
-        stale=choice.stale,
-        model=d.model,
-        kept_default=d.kept_default,
-        pairs=d.pairs,
-        strategy=d.strategy,
+    query = BestQuery(
+        model=model,
+        graph_id=graph_id,
+        hlo_fingerprint=hlo_fingerprint,
+        target=target,
+        compiler=compiler,
+        min_writers=min_writers,
+        anonymous=anonymous,
     )
+    return _best_out(await lookup.best(query))
 
 
 def _decode(body: bytes, content_type: str | None) -> DecisionIn:
@@ -144,3 +146,48 @@ def _decode(body: bytes, content_type: str | None) -> DecisionIn:
         return DecisionIn.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
+
+
+def _decision_request(
+    wire: DecisionIn,
+    *,
+    request_id: str | None,
+    idempotency_key: str | None,
+    request_hash: str | None,
+    writer: Writer | None,
+) -> DecisionRequest:
+    """The core's request from the validated body, by keyword. The claims
+    (``speedup``, ``speedup_low``, ...) stop here: the core computes them."""
+    return DecisionRequest(
+        model=wire.model,
+        model_version=wire.model_version,
+        target=wire.target,
+        compiler=wire.compiler,
+        graph_id=wire.graph_id,
+        hlo_fingerprint=wire.hlo_fingerprint,
+        config=wire.config,
+        paired_runtimes_ns=wire.paired_runtimes_ns,
+        compiler_options=wire.compiler_options,
+        budget=wire.budget,
+        strategy=wire.strategy,
+        kept_default=wire.kept_default,
+        refuted=None if wire.refuted is None else _refutation(wire.refuted),
+        request_id=request_id,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        writer=writer,
+    )
+
+
+def _refutation(wire: RefutedIn) -> Refutation:
+    return Refutation(
+        config=wire.config,
+        reason=wire.reason,
+        paired_runtimes_ns=wire.paired_runtimes_ns,
+    )
+
+
+def _best_out(choice: Choice) -> BestOut:
+    """The answer: the chosen decision's fields and what the lookup found around
+    it, read from the choice by attribute."""
+    return BestOut.model_validate(choice, from_attributes=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import replace
 
 from fastapi import APIRouter, Header, Request, Response
@@ -19,7 +18,12 @@ from xla_costmodel.service.codecs import (
 from xla_costmodel.service.core.feedback import FeedbackRequest
 from xla_costmodel.service.core.inputs import config_array
 from xla_costmodel.service.deps import FeedbackDep, SettingsDep, WriterDep
-from xla_costmodel.service.errors import InvalidRequest, UnsupportedMediaType
+from xla_costmodel.service.errors import UnsupportedMediaType
+from xla_costmodel.service.idempotency import (
+    IDEMPOTENCY_KEY,
+    REPLAYED_HEADER,
+    check_idempotency_key,
+)
 from xla_costmodel.service.logs import request_id
 from xla_costmodel.service.schemas import (
     FeedbackIn,
@@ -29,24 +33,6 @@ from xla_costmodel.service.schemas import (
 )
 
 router = APIRouter(prefix="/v1", tags=["feedback"])
-# Printable ASCII without spaces: UUIDs, ULIDs, hex digests, "tuner-42/round-3".
-IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
-
-
-def check_idempotency_key(key: str | None) -> None:
-    """422 naming the header unless ``key`` is absent or ``IDEMPOTENCY_KEY``-shaped
-    (feedback and decisions share the keys table)."""
-    if key is not None and not IDEMPOTENCY_KEY.match(key):
-        raise InvalidRequest(
-            "must be 1 to 200 printable ASCII characters without spaces",
-            "Idempotency-Key",
-        )
-
-
-REPLAYED_HEADER = {
-    "description": "true: a resend, answered with the first answer",
-    "schema": {"type": "string", "enum": ["true"]},
-}
 
 
 @router.post(

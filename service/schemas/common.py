@@ -10,13 +10,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 HEX64 = r"^[0-9a-f]{64}$"
 RANKING_ID = r"^[0-9a-f]{32}$"
-VERSION = r"^[0-9]+$"
+VERSION = r"^[0-9]{1,64}$"  # the stores' model_version column holds 64
 TARGET = (
     r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$"  # xla_costmodel.manifest.TARGET_PATTERN
 )
-# A compiler build as a tuner names it ("jax 0.4.31 / xla 1b2c3d"): printable, no
-# control characters (it is logged and stored).
-COMPILER = r"^[^\x00-\x1f\x7f]{1,128}$"
+# A compiler build as a tuner names it ("jax 0.4.31 / xla 1b2c3d"): printable ASCII
+# only. It is logged, stored, answered and printed by tools: C0/C1 controls would
+# rewrite a terminal's line, bidi controls (U+202E, U+2066..) reorder what it shows.
+COMPILER = r"^[ -~]{1,128}$"
 TARGET_DOC = (
     "the hardware the runtimes are (to be) measured on, e.g. tpu-v3; default: the "
     "model's target. Measurements of different targets are never mixed."
@@ -25,7 +26,7 @@ NPZ_MEDIA_TYPE = "application/x-npz"
 HLO_MEDIA_TYPE = "text/x-hlo"
 
 
-def _integral(value: Any) -> Any:
+def integral(value: Any) -> Any:
     """JSON Schema counts 2.0 as an integer (its value is one); strict pydantic
     would refuse it, so an integral float is taken as that integer."""
     if isinstance(value, float) and value.is_integer():
@@ -33,9 +34,9 @@ def _integral(value: Any) -> Any:
     return value
 
 
-JsonInt = Annotated[int, BeforeValidator(_integral)]
+JsonInt = Annotated[int, BeforeValidator(integral)]
 # The bound before the validator, or OpenAPI would show pydantic's "ge" keyword.
-TopK = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+TopK = Annotated[int, Field(ge=1), BeforeValidator(integral)]
 INT64_MAX = 2**63 - 1
 
 

@@ -1,19 +1,26 @@
-"""``POST /v1/decisions`` and ``GET /v1/best``: what a tuner kept for a program (the
-config, its compiler options, the measured speedup) and the decision to reuse."""
+"""``POST /v1/decisions`` and ``GET /v1/best``: what a tuner kept for a program (a
+config row and the paired runtimes that measured it) and the decision to reuse."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    WithJsonSchema,
+)
 from pydantic.config import JsonDict
 
 from xla_costmodel.service.schemas.common import (
     COMPILER,
     FLOAT32,
     HEX64,
+    INT64_MAX,
     TARGET,
     TARGET_DOC,
     VERSION,
@@ -21,6 +28,7 @@ from xla_costmodel.service.schemas.common import (
     StrictWire,
     Wire,
     doc,
+    integral,
 )
 from xla_costmodel.tpugraphs.collections import COLLECTIONS
 
@@ -48,6 +56,7 @@ DecisionConfig = Annotated[
 ]
 OptionName = Annotated[str, Field(min_length=1, max_length=200)]
 MAX_OPTION_CHARS = 4096
+MAX_PAIRS = 256
 
 
 def _option(value: Any) -> str | bool | int | float:
@@ -79,27 +88,50 @@ OptionValue = Annotated[
     ),
 ]
 Speedup = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# Bounds before the validator, or OpenAPI would show pydantic's keywords (common.py).
+Nanoseconds = Annotated[int, Field(gt=0, le=INT64_MAX), BeforeValidator(integral)]
+Count = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(integral)]
+PairedRuntimes = Annotated[
+    list[tuple[Nanoseconds, Nanoseconds]],
+    Field(
+        min_length=2,
+        max_length=MAX_PAIRS,
+        description="[default_ns, config_ns] per pair, the default and the config "
+        "timed together in one round; stored as the writer's measurements of the "
+        "graph (which must be stored: send it with feedback first)",
+    ),
+]
+_CLAIM = "a claim of old clients: accepted, never stored (the server computes it)"
 _EXAMPLE_DECISION: JsonDict = {
     "model": "xla_cpu",
     "target": "cpu-x86",
     "compiler": "jax 0.4.31",
     "graph_id": "0" * 64,
-    "config": [0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0],
-    "compiler_options": {"xla_cpu_enable_fast_math": True},
-    "speedup": 1.21,
-    "speedup_low": 1.12,
-    "speedup_high": 1.3,
-    "p_value": 0.004,
-    "pairs": 20,
+    "config": [0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0],
+    "paired_runtimes_ns": [[1210, 1000], [1190, 1010], [1250, 990]],
     "budget": 64,
     "strategy": "model",
     "kept_default": False,
 }
 
 
+class RefutedIn(StrictWire):
+    """The fleet's answer (``GET /v1/best``) this writer compiled and found wrong:
+    counted against that exact row (docs/reuse.md, "What the fleet applies")."""
+
+    config: DecisionConfig
+    reason: Literal["slower", "outputs"] = Field(
+        description="slower: than the default, in paired_runtimes_ns (their "
+        "interval's upper bound below 1); outputs: different from the default's "
+        "(no pairs): the row is never served under this compiler again"
+    )
+    paired_runtimes_ns: PairedRuntimes | None = None
+
+
 class DecisionIn(StrictWire):
-    """What a tuner kept for one program: the config and the compiler options it
-    stands for, with the measured speedup over the default and its bounds."""
+    """What a tuner kept for one program: one row of the model's collection, with
+    the paired runtimes that measured it against the default. The service derives
+    the compiler options from the row and computes the speedup from the pairs."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_EXAMPLE_DECISION]})
     model: str = Field(min_length=1, max_length=64)
@@ -118,21 +150,23 @@ class DecisionIn(StrictWire):
         "info (clients.xla.reuse.fingerprint): GET /v1/best finds the decision by it",
     )
     config: DecisionConfig
-    compiler_options: dict[OptionName, OptionValue] = Field(
+    paired_runtimes_ns: PairedRuntimes | None = Field(
+        None,
+        description="required unless kept_default (422 decision_unmeasured): "
+        + "[default_ns, config_ns] per pair, timed together",
+    )
+    compiler_options: dict[OptionName, OptionValue] | None = Field(
+        None,
         max_length=256,
-        description="what the config means to the compiler (flag -> value); {} "
-        "for a kept default",
+        description="optional: derived by the service from the config row; if "
+        "sent, it must be exactly the row's (422 compiler_options)",
     )
-    speedup: Speedup = Field(description="default runtime / kept runtime")
-    speedup_low: Speedup = Field(
-        description="the lower confidence bound of the speedup (<= speedup): what "
-        "GET /v1/best ranks decisions by"
-    )
-    speedup_high: Speedup | None = Field(None, description="upper bound, >= speedup")
-    p_value: float | None = Field(
-        None, ge=0, le=1, description="that the kept config is no faster"
-    )
-    pairs: JsonInt = Field(ge=0, le=2**31 - 1, description="paired measurements")
+    refuted: RefutedIn | None = None
+    speedup: Speedup | None = Field(None, description=_CLAIM)
+    speedup_low: Speedup | None = Field(None, description=_CLAIM)
+    speedup_high: Speedup | None = Field(None, description=_CLAIM)
+    p_value: float | None = Field(None, ge=0, le=1, description=_CLAIM)
+    pairs: Count | None = Field(None, description=_CLAIM)
     budget: JsonInt = Field(ge=0, le=2**31 - 1, description="measurements allowed")
     strategy: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,15}$",
@@ -140,7 +174,8 @@ class DecisionIn(StrictWire):
         "GET /v1/best), ...",
     )
     kept_default: bool = Field(
-        description="tuning kept the compiler's default (config: the default row)"
+        description="tuning kept the compiler's default (config: the default row; "
+        "no pairs, but the writer must have measured the graph)"
     )
 
 
@@ -155,6 +190,20 @@ class DecisionOut(Wire):
     compiler: str | None
     model: str
     model_version: str
+    compiler_options: dict[str, str | bool | int | float] = Field(
+        description="derived from the config row ({} for the default)"
+    )
+    speedup: float = Field(description="median of default / config over the pairs")
+    speedup_low: float
+    speedup_high: float | None
+    p_value: float | None = Field(
+        description="one-sided signed-rank: that the config is no faster"
+    )
+    pairs: int
+    replaced: bool = Field(
+        description="this writer's older decision of the program and compiler "
+        "was replaced"
+    )
 
 
 class BestOut(Wire):
@@ -164,15 +213,19 @@ class BestOut(Wire):
     target: str
     config: list[Any] = Field(description="the kept row ([width] or [NC,width])")
     compiler_options: dict[str, str | bool | int | float] = Field(
-        description="{} where the tuning kept the default"
+        description="derived from config by the service ({} for the default); "
+        "clients derive them from config themselves"
     )
-    speedup: float
+    speedup: float = Field(
+        description="of the supporter with the (lower) median speedup_low"
+    )
     speedup_low: float
     p_value: float | None
     writers: int = Field(
         ge=1,
-        description="distinct writers that decided this config under this compiler "
-        "(anonymous decisions count as one)",
+        description="supporters: distinct writers whose newest decision of the "
+        "program is this row under this compiler, measured faster (or the kept "
+        "default); anonymous decisions count as one",
     )
     decided_at: datetime = Field(description="when the answered decision was stored")
     compiler: str | None = Field(description="the decision's compiler")

@@ -39,8 +39,11 @@ _ERRORS = {
     "graph_metadata_not_found (raw layout configs: re-send the graph)",
     413: "payload_too_large",
     415: "unsupported_media_type",
-    422: "invalid_request: the field names the offending input",
-    429: "quota_exceeded: the writer stored its quota of measurements; see Retry-After",
+    422: "invalid_request: the field names the offending input; "
+    "idempotency_key_reused; decision_unmeasured (POST /v1/decisions: no paired "
+    "runtimes, a graph the database lacks, or a kept default never measured)",
+    429: "quota_exceeded: the writer stored its quota of measurements and "
+    "decisions; see Retry-After",
     503: "not_ready, overloaded, feedback_unavailable or decisions_unavailable "
     "(nothing stored); see Retry-After",
 }

@@ -149,9 +149,15 @@ decisions = Table(
     Column("kept_default", Boolean, nullable=False),
     Column("writer", String(64), nullable=True),  # writers.name; NULL: no auth
     Column("request_id", String(128), nullable=True),
+    # The fleet's answer this writer compiled and found "slower" than the default
+    # or its outputs different ("outputs"): counted against that row. The bytes are
+    # in the decision's config_dtype and config_shape. NULL: refutes nothing.
+    Column("refuted_config", LargeBinary, nullable=True),
+    Column("refuted_reason", String(16), nullable=True),
     CheckConstraint("speedup_low > 0 AND speedup_low <= speedup", name="speedup"),
     CheckConstraint("pairs >= 0 AND budget >= 0", name="counts"),
     Index("ix_decisions_target_graph_id", "target", "graph_id"),
     Index("ix_decisions_target_hlo_fingerprint", "target", "hlo_fingerprint"),
+    Index("ix_decisions_writer", "writer", "decided_at"),  # quotas, replacement
     sqlite_autoincrement=True,
 )

@@ -3,11 +3,13 @@
     WriterTable.create(name, targets) -> token   shown once; only its sha256 is kept
     WriterTable.authenticate(token) -> Writer | None   active writers only
     WriterTable.revoke(name), .list(), .purge(name) -> measurements deleted (its
-                                                 decisions go too; ANONYMOUS: the
-                                                 rows stored without a token)
+                                                 decisions go too, and its token is
+                                                 revoked; ANONYMOUS: the rows
+                                                 stored without a token)
     WriterTable.precheck(name, rows, quota)      the quota, before any work
     lock(conn, writer)                           serialise one writer's transactions
     check_quota(conn, writer, rows, quota)       inside the storing transaction
+                                                 (measurements and decisions)
     check_graph_bytes(conn, writer, size, quota) likewise, for an archived graph
     scoped_key(key, writer)                      an idempotency key, per writer
 
@@ -171,11 +173,19 @@ class WriterTable:
 
     def purge(self, name: str) -> int:
         """Delete every measurement and decision the writer stored (``ANONYMOUS``:
-        those stored without a token); the measurements deleted. Each graph's
-        measurement generation changes, so every replica refits. Its decisions go
-        in the same transaction: kept, ``GET /v1/best`` would go on serving what a
-        writer the operator removed decided (a revoked one's are only hidden)."""
+        those stored without a token) and revoke its token; the measurements
+        deleted. Each graph's measurement generation changes, so every replica
+        refits. Its decisions go in the same transaction: kept, ``GET /v1/best``
+        would go on serving what a writer the operator removed decided (a revoked
+        one's are only hidden). The token goes too: purged but active, the writer
+        would store again at once (its name may then be given to a new token:
+        nothing carries it any more)."""
         with self._transaction("purging a writer's rows", write=True) as conn:
+            conn.execute(
+                update(writers)
+                .where(writers.c.name == name, writers.c.revoked.is_(None))
+                .values(revoked=datetime.now(UTC))
+            )
             conn.execute(delete(decisions).where(_stored_by(decisions, name)))
             deleted = conn.execute(
                 delete(measurements).where(_stored_by(measurements, name))
@@ -193,21 +203,31 @@ def _stored_by(table: Table, name: str) -> ColumnElement[bool]:
 
 def check_quota(conn: Connection, writer: str, rows: int, quota: Quota) -> None:
     """``WriterQuotaExceeded`` if storing ``rows`` more would pass the writer's quota
-    (none when ``quota.rows`` is 0)."""
+    (none when ``quota.rows`` is 0). A decision is a row of the quota too, beside
+    the measurements it stores: else decisions would bypass it."""
     if not quota.rows:
         return
     now = datetime.now(UTC)
     since = now - timedelta(seconds=quota.window_s)
-    m = measurements.c
-    query = select(func.count(), func.min(m.time)).where(
-        m.writer == writer, m.time >= since
-    )
-    count, oldest = conn.execute(query).one()
-    if int(count) + rows <= quota.rows:
+    m, d = measurements.c, decisions.c
+    counts = [
+        conn.execute(query).one()
+        for query in (
+            select(func.count(), func.min(m.time)).where(
+                m.writer == writer, m.time >= since
+            ),
+            select(func.count(), func.min(d.decided_at)).where(
+                d.writer == writer, d.decided_at >= since
+            ),
+        )
+    ]
+    count = sum(int(n) for n, _ in counts)
+    if count + rows <= quota.rows:
         return
+    oldest = min((t for _, t in counts if t is not None), default=None)
     wait = quota.window_s if oldest is None else (oldest - since).total_seconds()
     raise WriterQuotaExceeded(
-        f"writer {writer!r} stored {count} measurements in the last "
+        f"writer {writer!r} stored {count} measurements and decisions in the last "
         f"{quota.window_s} s; {rows} more would pass its quota of {quota.rows}",
         max(1, int(wait) + 1),
     )

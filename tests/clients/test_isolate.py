@@ -1,10 +1,12 @@
-"""``isolate.forwarded_argv``: a command's parsed parameters as the argv its worker is
-started with (``costmodel tune`` and ``costmodel collect`` re-run themselves as
-``--worker``), parsed back to the same values."""
+"""``isolate``: a command's parsed parameters as the argv its worker is started with
+(``costmodel tune`` and ``costmodel collect`` re-run themselves as ``--worker``),
+parsed back to the same values; the token handed to a child on its stdin, never
+through its environment; a child killed by a signal restarted, the caller alive."""
 
 from __future__ import annotations
 
 import os
+import signal
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,8 @@ import typer
 from typer.testing import CliRunner
 
 from xla_costmodel import cli
-from xla_costmodel.clients.xla import tune_cli
-from xla_costmodel.clients.xla.isolate import forwarded_argv
+from xla_costmodel.clients.xla import isolate, tune_cli
+from xla_costmodel.clients.xla.isolate import ChildError, call, forwarded_argv
 
 
 class Kind(StrEnum):
@@ -73,19 +75,23 @@ def test_tune_forwards_its_options_but_the_token_to_its_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started: list[list[str]] = []
+    tokens: list[str | None] = []
 
-    def supervise(argv: list[str], restarts: int, log: Any) -> int:
+    def supervise(
+        argv: list[str], restarts: int, log: Any, *, token: str | None = None
+    ) -> int:
         started.append(argv)
+        tokens.append(token)
         return 0
 
     monkeypatch.setattr(tune_cli, "supervise", supervise)
-    # The command hands the token on through its environment: restored afterwards.
-    monkeypatch.setenv("COSTMODEL_TOKEN", "")
+    monkeypatch.delenv("COSTMODEL_TOKEN", raising=False)
     argv = ["tune", "f.py:g", "--strategy", "random", "--no-reuse", "--json"]
     argv += ["--rounds", "2", "--token", "t0k", "--restarts", "1"]
     result = CliRunner().invoke(cli.build_app(), argv)
     assert result.exit_code == 0, result.output
-    assert os.environ["COSTMODEL_TOKEN"] == "t0k"  # to the worker, off its argv
+    assert tokens == ["t0k"]  # handed to the worker explicitly, off its argv
+    assert "COSTMODEL_TOKEN" not in os.environ  # and never through the environment
     assert started == [
         [
             "tune",
@@ -148,3 +154,36 @@ def test_collect_forwards_its_options_to_its_worker(
             "--worker",
         ]
     ]
+
+
+def test_a_child_gets_the_token_on_stdin_not_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COSTMODEL_TOKEN", "inherited-secret")
+    monkeypatch.setenv("COSTMODEL_LOG_LEVEL", "WARNING")
+    answer = call(f"{isolate.__name__}:seen", {"x": 1}, token="given")
+    assert answer.pid != os.getpid()
+    assert answer.value == {"token": True, "request": {"x": 1}}
+    assert "COSTMODEL_LOG_LEVEL" in answer.environment  # the rest is inherited
+    assert "COSTMODEL_TOKEN" not in answer.environment
+    none = call(f"{isolate.__name__}:seen", {})
+    assert none.value["token"] is False  # no token passed: none at all
+
+
+def segfault(job: isolate.Job) -> None:
+    """A child function that dies as XLA does on a bad config."""
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_child_killed_by_a_signal_is_restarted_and_the_caller_lives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines: list[str] = []
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # this module
+    with pytest.raises(ChildError) as raised:
+        call("test_isolate:segfault", {}, restarts=1, log=lines.append)
+    assert raised.value.signal == 11
+    assert len(lines) == 2 and all("killed by signal 11" in x for x in lines)
+    with pytest.raises(ChildError, match="failed") as failed:
+        call("os:getcwd", {})  # a Python error: not restarted, no signal
+    assert failed.value.signal is None

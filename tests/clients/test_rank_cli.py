@@ -13,7 +13,7 @@ from typer.testing import CliRunner, Result
 
 from xla_costmodel import cli
 from xla_costmodel.harness import ServiceServer, free_port
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import machine, xla_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 MLP_HLO = "hlo/jax/mlp_infer.pre.hlo.txt"
@@ -72,13 +72,34 @@ def test_the_table_and_what_shaped_it(server: str, shared_data: Path) -> None:
     assert "top 3 of 64" in ran.stdout  # 64 sampled by default
     last = ran.stdout.strip().splitlines()[-1]
     assert last.startswith("shaped by: adapted 0, target_programs "), last
-    assert "prior_weight" in last and "target: the model's default" in last
+    assert "prior_weight" in last
+    assert f"(target: {machine.target()}, this machine's; cache: " in last
+
+
+def test_an_hlo_program_is_ranked_for_this_machines_cpu(
+    server: str, shared_data: Path
+) -> None:
+    """xla_cpu, HLO from here: the default target is this CPU's (as `tune` measures
+    it), the same ranking as naming it, and not the model's own default target."""
+    here = machine.target()
+    hlo = (str(shared_data / MLP_HLO), "--server", server, "--configs", "16")
+    got = answer(*hlo)
+    assert got["target"] == here
+    named = answer(*hlo, "--target", here)
+    shaped = ("ranking", *SHAPED_BY)
+    assert [got[k] for k in shaped] == [named[k] for k in shaped]
+    manifest = REPO / "models" / "artifacts" / "xla_cpu" / "1" / "manifest.json"
+    models_own = json.loads(manifest.read_text())["target"]
+    if here != models_own:  # the knowledge differs per CPU: the target reached it
+        own = answer(*hlo, "--target", models_own)
+        assert [got[k] for k in SHAPED_BY] != [own[k] for k in SHAPED_BY]
 
 
 def test_an_npz_ranks_its_own_configs(server: str, shared_data: Path) -> None:
     got = answer(str(shared_data / FUSION_191), "--server", server, "--model", "tile")
     assert got["model"] == "tile" and got["configs"] == 579
     assert all(e["config"] is None for e in got["top_k"])
+    assert got["target"] is None  # another machine's graph: the model's target
 
 
 def test_a_configs_file_and_a_target(
@@ -111,4 +132,7 @@ def test_refusals_name_the_problem(shared_data: Path) -> None:
     assert ran.exit_code == 2 and "no such file" in ran.output
     gone = f"http://127.0.0.1:{free_port()}"
     ran = rank(hlo, "--server", gone, "--configs", "4")
-    assert ran.exit_code == 1 and ran.output.startswith("error: "), ran.output
+    assert ran.exit_code == 1 and ran.stdout == "", ran.output
+    assert ran.stderr == (
+        f"error: no costmodel service at {gone}: start one with `costmodel serve`\n"
+    )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from xla_costmodel.clients.xla import decide, policy
+from xla_costmodel.tpugraphs import paired, xla_cpu
 
 
 def test_the_first_round_measures_the_portfolio_and_the_last_exploits() -> None:
@@ -137,9 +140,9 @@ def test_the_signed_rank_p_and_the_median_interval() -> None:
 
     x = np.random.default_rng(3).standard_normal(15) + 0.4
     expected = wilcoxon(x, alternative="greater", method="exact").pvalue
-    assert decide.signed_rank_p(x) == pytest.approx(expected)
-    assert decide.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few: min/max
-    low, high = decide.median_interval(np.arange(1.0, 21.0))
+    assert paired.signed_rank_p(x) == pytest.approx(expected)
+    assert paired.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few: min/max
+    low, high = paired.median_interval(np.arange(1.0, 21.0))
     assert (low, high) == (6.0, 15.0)  # binomial order statistics, n = 20
     at = decide.looks()
     assert at[0] == decide.MIN_PAIRS and at[-1] == decide.MAX_PAIRS
@@ -150,3 +153,50 @@ def test_finalists_are_the_fastest_under_the_ratio() -> None:
     vs = {3: 0.9, 5: 1.1, 7: 0.95, 9: 0.8}
     assert policy.finalists(vs, 2) == [9, 3]
     assert policy.finalists({5: 1.1}, 2) == []
+
+
+def test_a_finalist_holds_only_if_faster_on_every_cpu_and_not_slower_on_one() -> None:
+    from xla_costmodel.clients.xla.confirm import Confirmation, holds, not_slower
+
+    fast = tuple((1_300_000 + i, 1_000_000) for i in range(7))  # 1.3x, p = 1/128
+    slow_one = tuple((1_000_000, 1_300_000 + i) for i in range(7))  # 0.77x
+    level = tuple((1_000_000, 1_000_000 + i) for i in range(7))
+    assert holds(Confirmation(pairs=fast, one_cpu=fast), 0.02)
+    assert holds(Confirmation(pairs=fast), 0.02)  # a 1-CPU process: no second look
+    # The U-Net of issue 34: 1.2x with both cores free, 0.75x on one: out.
+    assert not holds(Confirmation(pairs=fast, one_cpu=slow_one), 0.02)
+    assert not holds(Confirmation(pairs=fast[:6], one_cpu=fast), 0.02)  # too few
+    assert not holds(Confirmation(pairs=fast, one_cpu=fast), 0.5)  # under min_gain
+    assert not holds(Confirmation(error="killed by signal 11"), 0.02)
+    # A fleet's decision on trial holds unless every round shows it slower.
+    assert not_slower(Confirmation(pairs=level))
+    assert not not_slower(Confirmation(pairs=slow_one))
+    assert not not_slower(Confirmation(error="did not compile"))
+
+
+def test_a_decision_sends_the_pairs_never_claimed_figures() -> None:
+    from xla_costmodel.clients.wire import Refuted
+    from xla_costmodel.clients.xla.reuse import Program, decision
+
+    program = Program("g" * 64, "f" * 64)
+    row = xla_cpu.sample(8, 0)[3]
+    pairs = ((1_300_000, 1_000_000), (1_250_000, 1_000_000))
+    common: dict[str, Any] = {
+        "target": "t",
+        "compiler": "c",
+        "budget": 8,
+        "strategy": "model",
+    }
+    kept = decision(program, row, pairs, **common)
+    assert kept.paired_runtimes_ns == pairs and not kept.kept_default
+    assert kept.config == tuple(float(v) for v in row)
+    body = kept.to_json("xla_cpu", None)
+    assert body["paired_runtimes_ns"] == [list(p) for p in pairs]
+    assert not {"speedup", "speedup_low", "p_value", "pairs"} & set(body)
+    assert "compiler_options" not in body  # the service derives them from the row
+    refuted = Refuted(config=kept.config, reason="slower", paired_runtimes_ns=pairs)
+    default = decision(program, xla_cpu.sample(8, 0)[0], (), refuted=refuted, **common)
+    assert default.kept_default and "paired_runtimes_ns" not in default.to_json(
+        "m", None
+    )
+    assert default.to_json("m", None)["refuted"]["reason"] == "slower"

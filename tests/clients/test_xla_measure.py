@@ -60,7 +60,7 @@ def test_the_supervisor_restarts_a_crashed_worker_only(
     codes = iter([-11, -11, 0, 3])
     calls: list[list[str]] = []
 
-    def fake_run(cmd: list[str], check: bool) -> subprocess.CompletedProcess[str]:
+    def fake_run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, next(codes))
 
@@ -77,3 +77,31 @@ def test_the_supervisor_restarts_a_crashed_worker_only(
     )  # a Python error: no retry
     codes = iter([-11] * 3)
     assert isolate.supervise(["collect"], 2, lines.append) == 1  # restarts exhausted
+
+
+def test_the_probe_checks_each_first_output_against_the_default(
+    tmp_path: Path,
+) -> None:
+    """``collect``'s probe (``compile_and_probe``) scores every entry with
+    ``outputs.compare``: fast math without NaN semantics turns a NaN-guarded sum
+    (7.85) into NaN, an infinite difference, where the old check read 0.0."""
+    import jax
+    import jax.numpy as jnp
+
+    from xla_costmodel.clients.xla.probe import CONTROL_OPTIONS, compile_and_probe
+
+    def guarded(x: jax.Array) -> jax.Array:
+        return jnp.where(jnp.isnan(x), 0.0, x).sum()
+
+    x = jnp.array([1.0, jnp.nan, 2.5, 4.35, jnp.nan], jnp.float32)
+    fast = {"xla_cpu_enable_fast_math": True, "xla_cpu_fast_math_honor_nans": False}
+    entries = compile_and_probe(
+        jax.jit(guarded).lower(x),
+        [{}, fast, CONTROL_OPTIONS[0]],
+        (x,),
+        Journal(tmp_path / ".probe.journal"),
+        None,
+    )
+    assert [e.max_rel_diff for e in entries] == [0.0, float("inf"), 0.0]
+    bad = entries[1].outputs
+    assert bad is not None and not bad.ok and "NaN" in bad.reason

@@ -18,6 +18,7 @@ from xla_costmodel.cli import COMMANDS, build_app
 from xla_costmodel.tpugraphs.arrays import make_graph
 
 runner = CliRunner()
+COSTMODEL = (sys.executable, "-c", "from xla_costmodel.cli import main; main()")
 
 
 def test_every_command_is_registered_and_documented() -> None:
@@ -109,3 +110,25 @@ def test_the_full_simulation_without_torch_names_the_train_extra(
             "pip install 'xla-costmodel[train]'"
         )
     )
+
+
+def test_simulate_outside_a_clone_says_what_data_it_needs(tmp_path: Path) -> None:
+    """Run where there is no datasets/ (an installed package): one message naming
+    the data and --data, no traceback; an empty --data folder is refused alike."""
+    for argv in ([], ["--data", str(tmp_path)]):
+        ran = subprocess.run(
+            [*COSTMODEL, "simulate", "--quick", *argv],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        where = (tmp_path / "datasets" / "xla_cpu" if not argv else tmp_path).resolve()
+        assert ran.returncode == 1 and ran.stdout == "", ran.stdout
+        assert ran.stderr.splitlines() == [
+            f"error: no xla_cpu dataset at {where}",
+            "costmodel simulate replays measured runtimes: pass --data DIR, one "
+            "folder per CPU target of PROGRAM.npz + PROGRAM.json files as "
+            "`costmodel collect --out DIR/TARGET` writes them (a clone has five in "
+            "datasets/xla_cpu)",
+        ]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from xla_costmodel import cli
+from xla_costmodel import cli, extras
 from xla_costmodel.service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def install_table() -> dict[str, str]:
         if not row.startswith("| `pip install"):
             continue
         install, _, commands = row.split("|")[1:4]
-        extra = re.search(r"\[(\w+)\]", install)
+        extra = re.search(r"\[([\w,]+)\]", install)
         for command in re.findall(r"`([a-z][a-z ]*[a-z])`", commands):
             given[command] = extra.group(1) if extra else ""
     return given
@@ -102,9 +102,15 @@ def test_the_install_table_gives_each_command_its_extra() -> None:
             needed = {e for c, e in GROUPED.items() if c.split()[0] == command}
         else:
             needed = {EXTRA_OF[command]}
-        # simulate's needs are not one extra: the table names the full run's.
-        needed = {"train" if e == "simulate" else e for e in needed}
+        # simulate's needs are not one extra: the table names the full run's, as
+        # the command's own hint does ("pip install 'xla-costmodel[train,xla]'").
+        needed = {extra_of_hint(e) for e in needed}
         assert needed == {extra}, (command, extra, needed)
+
+
+def extra_of_hint(extra: str) -> str:
+    found = re.search(r"\[([\w,]+)\]", extras.install_hint(extra)) if extra else None
+    return found.group(1) if found else extra
 
 
 def test_the_readme_lists_every_route_and_error_code() -> None:
@@ -120,3 +126,22 @@ def test_the_readme_lists_every_route_and_error_code() -> None:
         if isinstance(cls, type) and issubclass(cls, errors.ServiceError)
     } - {errors.ServiceError.code}
     assert sorted(c for c in codes if f"`{c}`" not in api) == []
+
+
+def test_the_fleet_refresh_period_the_docs_give_is_the_default() -> None:
+    """README quick start (c) and docs/reference.md say how often /v1/targets is
+    re-read: the setting's default."""
+    period = Settings.model_fields["fleet_refresh_s"].default
+    quickstart = README.split("## Quick start (c)", 1)[1].split("\n## ", 1)[0]
+    assert f"every {period:g} s (`COSTMODEL_FLEET_REFRESH_S`)" in quickstart
+    reference = DOCS["reference.md"].split("### `GET /v1/targets`", 1)[1]
+    assert f"`COSTMODEL_FLEET_REFRESH_S` ({period:g} s)" in reference
+
+
+def test_the_auto_feedback_auth_is_described_by_its_sockets() -> None:
+    """``auto`` reads the sockets the process listens on (service/core/binding.py),
+    never COSTMODEL_HOST: the settings page says so, and names that module."""
+    row = next(r for r in SETTINGS.splitlines() if "`COSTMODEL_FEEDBACK_AUTH`" in r)
+    assert "listens on" in row and "`service/core/binding.py`" in row
+    assert "`COSTMODEL_HOST` does not" in row
+    assert (REPO / "service" / "core" / "binding.py").is_file()

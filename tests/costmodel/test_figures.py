@@ -116,3 +116,84 @@ def test_every_page_with_measured_figures_says_when_and_where() -> None:
         if len(figures) < 3:
             continue
         assert DATE.search(text) and CPU.search(text), page.name
+
+
+README = (REPO / "README.md").read_text()
+RESULT = r"((?:studies|bench)/results/[\w.-]+\.json)"
+RESULTS_LINK = re.compile(rf"\[{RESULT}\]\({RESULT}\)")  # [path](path), a JSON
+
+
+def readme_section(heading: str) -> str:
+    return README.split(heading, 1)[1].split("\n#", 1)[0]
+
+
+def test_every_readme_figure_links_its_json_and_names_the_cpu() -> None:
+    """Outside quoted command output, a README paragraph or table with 3 or more
+    decimal figures links (itself, or in the paragraph before) a committed results
+    JSON that exists, and names the CPU."""
+    blocks = re.split(r"\n\s*\n", re.sub(r"```.*?```", "", README, flags=re.S))
+    for before, block in zip(["", *blocks], blocks, strict=False):
+        if len(DECIMAL.findall(block)) < 3:
+            continue
+        links = RESULTS_LINK.findall(block) or RESULTS_LINK.findall(before)
+        assert links, block[:200]
+        assert all(text == href and (REPO / href).is_file() for text, href in links)
+        assert CPU.search(block), block[:200]
+
+
+def test_the_readme_budget_table_quotes_its_json() -> None:
+    """The README's K table: h = 0, every target with goals, as budgets.json has it,
+    each with the CPU its target name stands for."""
+    ran = load("studies/results/budgets.json")
+    section = readme_section("### What the model is worth in compiles")
+    assert "[studies/results/budgets.json](studies/results/budgets.json)" in section
+    quoted = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| cpu-")
+    ]
+    expected = []
+    for target in ran["goals"]:
+        t = ran["targets"][target]
+        h0 = {h["K"]: h for h in t["by_history"] if h["history"] == 0}
+        curve = {r["K"]: r["random"] for r in t["random_curve"]}
+        (match,) = [
+            m for m in t["random_to_match"] if m["history"] == 0 and m["model_K"] == 2
+        ]
+        vendor, family_model = target.split("-")[1:3]
+        family, model = family_model.split(".")
+        cpu = {"amd": "AMD EPYC", "intel": "Intel Xeon"}[vendor]
+        expected.append(
+            [
+                target,
+                f"{cpu}, family {family} model {model}",
+                " / ".join(f"{h0[k]['model']:.3f}" for k in (1, 2, 4, 8, 16)),
+                " / ".join(f"{curve[k]:.3f}" for k in (8, 16)),
+                f"{h0[8]['oracle']:.3f}",
+                f"{match['random_K']:.1f}",
+            ]
+        )
+    assert quoted == expected
+
+
+def test_the_readme_real_program_figures_quote_their_json() -> None:
+    ran = load("studies/results/real_fleet.json")
+    section = readme_section("### What the model is worth in compiles")
+    para = section[section.index("On 12 real programs") :].split("\n\n", 1)[0]
+    para = " ".join(para.split())
+    assert "[studies/results/real_fleet.json](studies/results/real_fleet.json)" in para
+    cpu = ran["cpu"]
+    assert f"family {cpu['cpu_family']} model {cpu['cpu_model_id']}" in para
+    assert f"{cpu['cores']} cores" in para and len(ran["programs"]) == 12
+    means = ran["geomean"]
+    for name in ("model@2", "model@8", "random@8", "random@16"):
+        assert f"{name} {means[name]:.3f}" in para, name
+    assert f"fixed set {means['fixed']:.3f}" in para
+    kept = [
+        p
+        for p in ran["programs"]
+        if p["options"]["model@8"] != "(default)" and p["model@8"] > 1
+    ]
+    assert f"model@8 kept a faster config for {len(kept)} of the 12" in para
+    worst = min(ran["worst"][s] for s in ran["strategies"] if s.startswith("model"))
+    assert f"re-measured at {worst:.3f}x the default's speed" in para

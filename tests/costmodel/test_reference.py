@@ -12,11 +12,25 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+from pydantic import BaseModel
+
 from xla_costmodel.bench.report import KEYS
 from xla_costmodel.clients.rank_cli import to_json
 from xla_costmodel.clients.replay import ReplayReport
 from xla_costmodel.clients.wire import FeedbackResult, RankResult
 from xla_costmodel.clients.xla.tune import TuneReport
+from xla_costmodel.service.schemas.decisions import BestOut, DecisionOut
+from xla_costmodel.service.schemas.feedback import FeedbackOut
+from xla_costmodel.service.schemas.graphs import GraphOut
+from xla_costmodel.service.schemas.health import (
+    LiveOut,
+    ReadyOut,
+    V2LiveOut,
+    V2ReadyOut,
+)
+from xla_costmodel.service.schemas.models import ModelsOut, ReloadOut, TargetsOut
+from xla_costmodel.service.schemas.rank import RankOut
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = (REPO / "docs" / "reference.md").read_text()
@@ -34,6 +48,36 @@ def fields(title: str) -> set[str]:
     """The names in the first column of the section's table."""
     rows = [line for line in section(title).splitlines() if line.startswith("| `")]
     return {n for row in rows for n in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+
+
+def answer_fields(title: str) -> set[str]:
+    """The names in the first column of ``## HTTP answers``' ``### title`` table."""
+    parts = re.split(r"^### ", section("HTTP answers"), flags=re.M)
+    (found,) = [p for p in parts if p.startswith(title)]
+    rows = [line for line in found.splitlines() if line.startswith("| `")]
+    return {n for r in rows for n in re.findall(r"`([a-z_0-9]+)`", r.split("|")[1])}
+
+
+# Each route's section and the wire schemas of its 2xx JSON answers.
+ANSWERS: dict[str, tuple[type[BaseModel], ...]] = {
+    "`GET /livez`": (LiveOut, V2LiveOut, V2ReadyOut),
+    "`GET /readyz`": (ReadyOut,),
+    "`GET /v1/models`": (ModelsOut,),
+    "`POST /v1/models/{name}/reload`": (ReloadOut,),
+    "`PUT /v1/graphs`": (GraphOut,),
+    "`POST /v1/rank`": (RankOut,),
+    "`POST /v1/feedback`": (FeedbackOut,),
+    "`POST /v1/decisions`": (DecisionOut,),
+    "`GET /v1/best`": (BestOut,),
+    "`GET /v1/targets`": (TargetsOut,),
+}
+
+
+def wire_fields(schema: type[BaseModel]) -> set[str]:
+    """Every property of ``schema``'s answer, nested objects' included."""
+    json_schema = schema.model_json_schema()
+    objects = [json_schema, *json_schema.get("$defs", {}).values()]
+    return {name for o in objects for name in o.get("properties", {})}
 
 
 def names(cls: type) -> set[str]:
@@ -85,3 +129,27 @@ def test_costmodel_simulate_json() -> None:
 def test_costmodel_bench_json_names_every_figure() -> None:
     text = section("`costmodel bench --json`")
     assert sorted(k for k in KEYS if f"`{k}`" not in text) == []
+
+
+@pytest.mark.parametrize("title", sorted(ANSWERS))
+def test_every_field_of_an_http_answer(title: str) -> None:
+    wire = set().union(*(wire_fields(schema) for schema in ANSWERS[title]))
+    documented = answer_fields(title)
+    assert sorted(wire - documented) == [], f"docs/reference.md {title}"
+
+
+def test_every_route_with_a_json_answer_has_its_section() -> None:
+    from xla_costmodel.service.app import create_app
+    from xla_costmodel.service.settings import Settings
+
+    api = create_app(Settings()).openapi()
+    answered = set()
+    for ops in api["paths"].values():
+        for op in ops.values():
+            for status, response in op["responses"].items():
+                schema = response.get("content", {}).get("application/json", {})
+                ref = schema.get("schema", {}).get("$ref", "")
+                if status.startswith("2") and ref:
+                    answered.add(ref.rpartition("/")[2])
+    covered = {schema.__name__ for schemas in ANSWERS.values() for schema in schemas}
+    assert sorted(answered - covered) == []

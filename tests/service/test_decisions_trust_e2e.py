@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from servicekit import ARTIFACTS, SERVE, metric
+from servicekit import ARTIFACTS, SERVE, metric, program
 from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
@@ -115,6 +115,25 @@ def gid(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()
 
 
+def measure(d: Deployment, writer: str, name: str) -> str:
+    """The writer's feedback of a fresh program (the graph inline): its graph id.
+    A decision's pairs are measurements of a stored graph."""
+    seed = int(gid(name)[:8], 16)
+    r = httpx.post(
+        d.a.url + "/v1/feedback",
+        json={
+            "model": "xla_cpu",
+            "graph": program(seed),
+            "configs": [xla_cpu.default_row().tolist()],
+            "runtimes_ns": [1000],
+        },
+        headers={"Authorization": f"Bearer {d.tokens[writer]}"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return str(r.json()["graph_id"])
+
+
 def decide(
     d: Deployment, writer: str, graph: str, config: list[Any], speedup_low: float
 ) -> None:
@@ -122,10 +141,9 @@ def decide(
         "model": "xla_cpu",
         "graph_id": graph,
         "config": config,
-        "compiler_options": {},
-        "speedup": 1.6,
-        "speedup_low": speedup_low,
-        "pairs": 12,
+        "paired_runtimes_ns": [
+            [round(1000 * speedup_low * (1 + 0.01 * i)), 1000] for i in range(8)
+        ],
         "budget": 32,
         "strategy": "model",
         "kept_default": False,
@@ -178,7 +196,8 @@ def test_a_purged_writers_decisions_leave_the_database_and_every_answer(
     deployment: Deployment,
 ) -> None:
     d = deployment
-    shared, alone = gid("purge-shared"), gid("purge-alone")
+    shared = measure(d, "keeper", "purge-shared")
+    alone = measure(d, "keeper", "purge-alone")
     decide(d, "keeper", shared, ROWS[0], speedup_low=1.05)
     decide(d, "purged", shared, ROWS[1], speedup_low=1.5)  # the better claim
     decide(d, "purged", alone, ROWS[2], speedup_low=1.2)
@@ -197,7 +216,7 @@ def test_a_purged_writers_decisions_leave_the_database_and_every_answer(
         d.redis,
         env=SEAL,
     )
-    assert out.splitlines()[-1] == "0"  # it stored no measurements
+    assert out.splitlines()[-1] == str(2 * 8 * 2)  # its decisions' pairs
     assert writers_of(d.database, shared) == ["keeper"]
     assert writers_of(d.database, alone) == []
     soon(lambda: [served(s, shared) for s in (d.a, d.b)] == [ROWS[0]] * 2)
@@ -208,7 +227,7 @@ def test_a_revoked_writers_decisions_leave_every_process_at_once(
     deployment: Deployment,
 ) -> None:
     d = deployment
-    graph = gid("revoke")
+    graph = measure(d, "keeper", "revoke")
     decide(d, "keeper", graph, ROWS[3], speedup_low=1.05)
     decide(d, "revoked", graph, ROWS[4], speedup_low=1.5)
     assert served(d.a, graph) == ROWS[4]

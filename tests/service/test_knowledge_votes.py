@@ -103,16 +103,23 @@ async def settled(client: Client, new: Sample, programs: int) -> Any:
             await anyio.sleep(0.1)
 
 
-async def look_alikes(client: Client, new: Sample, row: np.ndarray, ids: range) -> None:
-    """Fake programs with NEW's opcode mix (new graph ids), each measured twice:
-    the default slow, ``row`` twice as fast."""
+async def look_alikes(
+    client: Client,
+    new: Sample,
+    row: np.ndarray,
+    ids: range,
+    opcodes: list[np.ndarray] | None = None,
+) -> None:
+    """Fake programs with NEW's opcode mix (new graph ids; ``opcodes``: the i-th
+    one's own, a slightly different mix), each measured twice: the default slow,
+    ``row`` twice as fast."""
     default = new.configs[0]
     for i in ids:
         feat = new.graph.node_feat.copy()
         feat[0, 0] += 1 + i  # another graph id, the same opcodes
         arrays = {
             "node_feat": feat,
-            "node_opcode": new.graph.node_opcode,
+            "node_opcode": new.graph.node_opcode if opcodes is None else opcodes[i],
             "edge_index": new.graph.edge_index,
         }
         r = await client.put("/v1/graphs?model=xla_cpu", npz(arrays))
@@ -190,6 +197,65 @@ async def test_one_writers_look_alikes_weigh_as_one_program(
     # The seeds still answer for the target, and for the others.
     other = await rank(clients["v"], new, "cpu-intel-6.167-avx512")
     assert other["target_programs"] >= seeded and other["knowledge_weight"] > 0
+
+
+def near(new: Sample, count: int) -> list[np.ndarray]:
+    """``count`` opcode mixes near NEW's (160 of its 213 nodes given another of its
+    opcodes: cosine about 0.95), the most similar first."""
+    rng = np.random.default_rng(0)
+    ops = new.graph.node_opcode
+    out = []
+    for _ in range(count):
+        changed = ops.copy()
+        nodes = rng.choice(len(ops), 160, replace=False)
+        changed[nodes] = rng.choice(np.unique(ops), len(nodes))
+        out.append(changed)
+    own = kn.summarize(ops)
+    return sorted(out, key=lambda o: -float(kn.summarize(o) @ own))
+
+
+async def test_slightly_different_look_alikes_weigh_as_their_most_similar(
+    make_client: AppClient, tmp_path: Path
+) -> None:
+    """The probe's shape: each look-alike a slightly different opcode mix, not one
+    exactly like the victim's graph. The writer's first is its most similar; 5 and
+    50 move a config 3 % slower for the victim no further than it alone. (The cap
+    of one *exact* program let 5 move it from the portfolio's 5th place to the 1st
+    and the ranking's 6th to the 5th, where one left it.)"""
+    clients = await serve(make_client, f"sqlite:///{tmp_path / 'costmodel.db'}")
+    new = load_npz(DATA / f"{NEW}.npz", "xla_cpu")
+    for name in HONEST:
+        seen = load_npz(DATA / f"{name}.npz", "xla_cpu")
+        await feedback(
+            clients["v"],
+            graph=graph_json(seen),
+            configs=seen.configs.tolist(),
+            runtimes_ns=seen.runtimes.tolist(),
+            target=TARGET,
+        )
+    held = seeds() + len(HONEST)
+    before = await settled(clients["v"], new, held)
+    is_default = (new.configs == new.configs[0]).all(1)
+    slower = new.runtimes / np.median(new.runtimes[is_default]) > 1.03
+    x = next(i for i in before["ranking"] if slower[i])  # the best-ranked such
+    mixes = near(new, 50)
+    answers = {}
+    for done, upto in ((0, 1), (1, 5), (5, 50)):
+        await look_alikes(clients["m"], new, new.configs[x], range(done, upto), mixes)
+        answers[upto] = await settled(clients["v"], new, held + upto)
+    print(
+        "bad config (portfolio, ranking), knowledge weight: before, 1, 5, 50:",
+        *[
+            (placed(a, x)[:2], a["knowledge_weight"])
+            for a in (before, *answers.values())
+        ],
+    )
+    one = answers[1]
+    assert one["knowledge_weight"] > before["knowledge_weight"]  # it counts
+    for n in (5, 50):
+        assert placed(answers[n], x)[0] >= placed(one, x)[0], n
+        assert placed(answers[n], x)[1] >= placed(one, x)[1], n
+        assert answers[n]["knowledge_weight"] <= one["knowledge_weight"] + 1e-3, n
 
 
 async def test_invented_targets_evict_nothing_and_fit_nothing(

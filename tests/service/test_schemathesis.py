@@ -37,6 +37,7 @@ from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
 from xla_costmodel.harness import ServiceServer
+from xla_costmodel.tpugraphs import xla_cpu
 
 CHECKS = [
     not_a_server_error,
@@ -49,7 +50,8 @@ CHECKS = [
 # one core (each rank or upload request runs the model).
 MAX_EXAMPLES = 20
 TILE_WIDTH = 24
-XLA_CPU_WIDTH = 17
+XLA_CPU_ROW = xla_cpu.sample(2, seed=1)[1].tolist()  # a row other than the default
+PAIRS = [[1200 + i, 1000] for i in range(8)]  # (default, row) runtimes: faster
 JSON, NPZ, HLO = "application/json", "application/x-npz", "text/x-hlo"
 # Two nodes, node 0 consuming node 1: the smallest graph the tile model takes.
 TINY_GRAPH: dict[str, Any] = {
@@ -108,22 +110,33 @@ def live_schema(service_process: ServiceServer) -> tuple[Any, Repair]:
     )
     assert up.status_code == 200, up.text
     graph_id = up.json()["graph_id"]
-    # A decision for it, so that lookups aimed at it find one.
+    writer = {"Authorization": f"Bearer {service_process.token}"}  # type: ignore[attr-defined]
+    # Feedback stores the graph (a decision's pairs are measurements of a stored
+    # graph), then a decision for it, so that lookups aimed at it find one.
+    measured = httpx.post(
+        f"{service_process.url}/v1/feedback",
+        json={
+            "model": "tile",
+            "graph_id": graph_id,
+            "configs": [[1.0] * TILE_WIDTH],
+            "runtimes_ns": [1000],
+        },
+        headers=writer,
+        timeout=30,
+    )
+    assert measured.status_code == 200, measured.text
     decided = httpx.post(
         f"{service_process.url}/v1/decisions",
         json={
             "model": "xla_cpu",
             "graph_id": graph_id,
-            "config": [1.0] * XLA_CPU_WIDTH,
-            "compiler_options": {"xla_cpu_enable_fast_math": True},
-            "speedup": 1.2,
-            "speedup_low": 1.1,
-            "pairs": 8,
+            "config": XLA_CPU_ROW,
+            "paired_runtimes_ns": PAIRS,
             "budget": 16,
             "strategy": "model",
             "kept_default": False,
         },
-        headers={"Authorization": f"Bearer {service_process.token}"},  # type: ignore[attr-defined]
+        headers=writer,
         timeout=30,
     )
     assert decided.status_code == 200, decided.text
@@ -160,8 +173,10 @@ class Repair:
       ``model`` in the query;
     - feedback, decisions: an ``Idempotency-Key`` names one request (another body:
       422);
-    - decisions: speedup_low <= speedup <= speedup_high; a kept default has no
-      compiler options and the default row, so aimed cases keep no default;
+    - decisions: a row of the model's spec other than the default, paired runtimes
+      of a stored graph (the uploaded one, measured first), no compiler options
+      but the row's (none sent), no refutation (one must name another valid row
+      and pairs that show it slower);
     - best: exactly one of ``graph_id`` and ``hlo_fingerprint``; half the lookups
       ask for the uploaded graph, which has a decision;
     - for a served model, the graph's arrays agree with each other, configs are as
@@ -251,14 +266,13 @@ class Repair:
         if not isinstance(case.body, dict):
             return case
         body = dict(case.body)
-        speedups = [body["speedup"], body["speedup_low"]]
-        body["speedup_low"], body["speedup"] = min(speedups), max(speedups)
-        if body.get("speedup_high") is not None:
-            body["speedup_high"] = max(body["speedup_high"], body["speedup"])
         if aim or self._model(case) in self.served:
             body.pop("model_version", None)  # a version that is not loaded: 409
-            body.update(model="xla_cpu", kept_default=False)
-            body["config"] = [1.0] * XLA_CPU_WIDTH
+            for key in ("compiler_options", "refuted"):
+                body.pop(key, None)
+            body.update(model="xla_cpu", kept_default=False, graph_id=self.graph_id)
+            body["config"] = XLA_CPU_ROW
+            body["paired_runtimes_ns"] = body.get("paired_runtimes_ns") or PAIRS
         case.body = body
         return case
 
