@@ -12,8 +12,11 @@ without debug info, not a featurization: ~21 ms at 12k instructions), asks
 ``GET /v1/best`` once with a short timeout and no retry, and compiles with the
 options of the answer's row (``reuse.options_of``: derived from ``config`` here,
 never the answer's ``compiler_options``, which a writer could fill with anything).
-With ``verify=True`` (the default) it then checks the decision on that call
-(``verify.py``): XLA's default is compiled and run beside it and the outputs
+With ``verify`` it then checks the decision on that call (``verify.py``; by
+default, ``None``, only a decision fewer than ``VERIFY_BELOW_WRITERS`` writers
+support: each writer's tuner checked its outputs before deciding, so one writer
+alone is the case the bound leaves open, docs/reuse.md): XLA's default is
+compiled and run beside it and the outputs
 compared; on a mismatch the call returns the default's result, the default is kept
 for the signature, and the service is told, which stops serving that row under this
 compiler. Anything else (no server, no answer, a row outside the compiler's space, a
@@ -29,18 +32,15 @@ first call, never at import.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import httpx
-
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
-from xla_costmodel.clients.retry import RetryPolicy
 from xla_costmodel.clients.wire import BestKnown
+from xla_costmodel.clients.xla.lookup import LOOKUP_TIMEOUT_S, lookup_client
 from xla_costmodel.clients.xla.outputs import OutputCheck
 from xla_costmodel.clients.xla.reuse import fingerprint, fresh, options_of, printable
 from xla_costmodel.clients.xla.verify import check, refute, short
@@ -48,9 +48,11 @@ from xla_costmodel.tpugraphs import machine
 
 log = logging.getLogger(__name__)
 Source = Literal["best_known", "tuned", "default"]
-# One lookup must not hold a program's first call back for long: a service that does
-# not answer in this time is treated like no service (the default is compiled).
-LOOKUP_TIMEOUT_S = 0.5
+# Below this many supporting writers a decision is verified by default: each
+# writer's tuner compared the row's outputs with the default's before deciding, so
+# two agreeing writers are two checks; one writer is what its token alone can make
+# jit apply (docs/reuse.md, "The bound").
+VERIFY_BELOW_WRITERS = 2
 INVALID_ROW = "the fleet's row is not a valid config of this compiler's space"
 
 
@@ -109,7 +111,7 @@ class Jitted:
         min_writers: int,
         jit_kwargs: dict[str, Any],
         tune_kwargs: dict[str, Any],
-        verify: bool = True,
+        verify: bool | None = None,
     ) -> None:
         self.fn, self.client, self.budget = fn, client, budget
         self.model, self.target, self.min_writers = model, target, min_writers
@@ -130,6 +132,13 @@ class Jitted:
         else:
             self.report = self.reports[key]
         return compiled(*args, **kwargs)
+
+    def _verifies(self, best: BestKnown) -> bool:
+        """Whether the first call checks ``best``'s outputs (``verify``; None: only
+        below ``VERIFY_BELOW_WRITERS`` supporters)."""
+        if self.verify is not None:
+            return self.verify
+        return best.writers < VERIFY_BELOW_WRITERS
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         import jax
@@ -156,7 +165,7 @@ class Jitted:
             compiled = lowered.compile()  # as jax.jit would: its errors propagate
         done = time.perf_counter()
         verified = None
-        if self.verify and best is not None and options:
+        if best is not None and options and self._verifies(best):
             verified = check(lowered, compiled, args, kwargs, self.jit_kwargs)
             compiled = verified.executable
             if not verified.outputs.ok:
@@ -313,20 +322,22 @@ def jit(
     target: str | None = None,
     min_writers: int = 1,
     tune_kwargs: dict[str, Any] | None = None,
-    verify: bool = True,
+    verify: bool | None = None,
     **jit_kwargs: Any,
 ) -> Jitted:
     """``jax.jit(fn, **jit_kwargs)`` compiled with the best known options for this
     CPU (see the module docstring). ``client`` wins over ``server``; with neither,
     the default is compiled. ``verify``: check a fleet decision's outputs against
     XLA's default on the first call of each signature (docs/jit.md: it costs one
-    more compile and run of the default then). ``token`` (or ``COSTMODEL_TOKEN``) is
+    more compile and run of the default then); None (the default): only decisions
+    fewer than ``VERIFY_BELOW_WRITERS`` writers support. ``token`` (or
+    ``COSTMODEL_TOKEN``) is
     needed for a tuning run (``budget > 0``) to store its decision, and for a failed
     verification to reach the service."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     if client is None and server is not None:
-        client = _lookup_client(server, token)
+        client = lookup_client(server, token)
     return Jitted(
         fn,
         client,
@@ -338,33 +349,6 @@ def jit(
         tune_kwargs or {},
         verify,
     )
-
-
-# One lookup client per (server, token) in a process, however many functions ``jit``
-# wraps: each holds a connection pool, like jax's own caches live as long as it does.
-_CLIENTS: dict[tuple[str, str | None], CostModelClient] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def _lookup_client(server: str, token: str | None) -> CostModelClient:
-    """The process's client for quick lookups at ``server``: no retry (one request),
-    a short timeout, and for plain http no TLS context (building one costs ~20 ms)."""
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get((server, token))
-        if client is None:
-            transport = (
-                httpx.HTTPTransport(verify=False, retries=0)
-                if server.startswith("http://")
-                else None
-            )
-            client = _CLIENTS[(server, token)] = CostModelClient(
-                server,
-                token=token,
-                timeout=LOOKUP_TIMEOUT_S,
-                retry=RetryPolicy(max_attempts=1),
-                transport=transport,
-            )
-        return client
 
 
 def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:

@@ -184,7 +184,8 @@ class Rounds:
         self.notes.append(
             f"the finalist did not hold in a fresh process ({c.summary.speedup:.3f}"
             + ("" if one is None else f"; on one CPU {one.speedup:.3f}")
-            + f", p = {c.summary.p_value:.3g}): kept the default"
+            + f", p = {c.summary.p_value:.3g}; the default's two copies "
+            f"{c.controls:.1%} apart): kept the default"
         )
         return False
 
