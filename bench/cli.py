@@ -34,7 +34,7 @@ ModelDirOption = Annotated[
     typer.Option(help="Model repository to serve (default: the shipped models)."),
 ]
 ThreadsOption = Annotated[
-    int, typer.Option(help="onnxruntime intra-op threads (in process and server).")
+    int, typer.Option(help="onnxruntime intra-op threads in process (the server: 1).")
 ]
 WorkersOption = Annotated[
     int | None,
@@ -51,7 +51,7 @@ ServerEnvOption = Annotated[
     typer.Option(
         "--server-env",
         help="KEY=VALUE for the server (repeatable), e.g. to try a setting: "
-        "--server-env COSTMODEL_SCORE_CHUNK_ROWS=32768.",
+        "--server-env COSTMODEL_MAX_INFLIGHT=16.",
     ),
 ]
 SmokeOption = Annotated[

@@ -152,7 +152,6 @@ def server_env(
         "COSTMODEL_MODEL_DIR": str(opts.model_dir),
         "COSTMODEL_MODELS": f"{opts.tile_model},{opts.layout_model}",
         "COSTMODEL_REDIS_URL": redis_url,
-        "COSTMODEL_INTRA_OP_THREADS": str(opts.threads),
         "COSTMODEL_LOG_LEVEL": "WARNING",
         # The benchmark's own requests are large and slow on a loaded machine.
         "COSTMODEL_REDIS_TIMEOUT_S": "2",

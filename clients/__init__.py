@@ -36,6 +36,7 @@ from xla_costmodel.clients.errors import (
     VersionNotLoaded,
 )
 from xla_costmodel.clients.exchange import DEFAULT_LIMITS, DEFAULT_TIMEOUT
+from xla_costmodel.clients.feedback_options import FeedbackOptions
 from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import GraphInput, PreparedGraph, prepare_graph
 from xla_costmodel.clients.rank_options import RankOptions
@@ -66,6 +67,7 @@ __all__ = [
     "Decision",
     "DecisionResult",
     "EndpointNotFound",
+    "FeedbackOptions",
     "FeedbackResult",
     "GraphInfo",
     "GraphInput",

@@ -24,6 +24,7 @@ from xla_costmodel.clients.exchange import (
     fallback_or_raise,
     unlearned_fallback,
 )
+from xla_costmodel.clients.feedback_options import FeedbackOptions
 from xla_costmodel.clients.operations import (
     Flow,
     best_flow,
@@ -166,23 +167,33 @@ class AsyncCostModelClient(ClientCore):
         deadline: DeadlineArg = None,
     ) -> FeedbackResult:
         """See ``CostModelClient.feedback``."""
-        limit = self._deadline(deadline)
+        options = FeedbackOptions(
+            configs=configs,
+            config_indices=config_indices,
+            ranking_id=ranking_id,
+            model_version=model_version,
+            target=target,
+            compiler=compiler,
+            deadline=deadline,
+        )
+        return await self.feedback_with(model, graph, runtimes_ns, options)
+
+    async def feedback_with(
+        self,
+        model: str,
+        graph: GraphInput,
+        runtimes_ns: Sequence[int] | np.ndarray[Any, Any],
+        options: FeedbackOptions,
+    ) -> FeedbackResult:
+        """See ``CostModelClient.feedback_with``."""
+        limit = self._deadline(options.deadline)
         with self._forgetting(model):
             spec = None  # configs are built for the model's collection
-            if configs is not None:
+            if options.configs is not None:
                 spec = await self._run(collection_flow(model, self.collections), limit)
+            prepared = prepare_graph(graph, options.configs, spec)
             flow = feedback_flow(
-                model,
-                prepare_graph(graph, configs, spec),
-                runtimes_ns,
-                configs,
-                config_indices,
-                model_version,
-                self.known_graphs,
-                target,
-                ranking_id,
-                spec,
-                compiler,
+                model, prepared, runtimes_ns, options, spec, self.known_graphs
             )
             return await self._run(flow, limit)
 

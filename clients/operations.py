@@ -25,6 +25,7 @@ from xla_costmodel.clients.errors import (
     ModelNotFound,
     ProtocolError,
 )
+from xla_costmodel.clients.feedback_options import FeedbackOptions
 from xla_costmodel.clients.payloads import NPZ, PreparedGraph, config_array, configs_npz
 from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.wire import (
@@ -235,33 +236,31 @@ def _upload_helps(error: GraphNotFound | InvalidRequest, by_id: bool) -> bool:
     return isinstance(error, InvalidRequest) and error.status == 413
 
 
-def feedback_flow(  # noqa: PLR0913 -- one parameter per field of the feedback body
+def feedback_flow(
     model: str,
     graph: PreparedGraph,
     runtimes_ns: Sequence[int] | np.ndarray[Any, Any],
-    configs: Any | None,
-    config_indices: Sequence[int] | None,
-    version: str | None,
-    known: KnownGraphs | None = None,
-    target: str | None = None,
-    ranking_id: str | None = None,
+    options: FeedbackOptions,
     spec: CollectionSpec | None = None,
-    compiler: str | None = None,
+    known: KnownGraphs | None = None,
 ) -> Flow[FeedbackResult]:
     """POST /v1/feedback (JSON) with a fresh ``Idempotency-Key``: every resend of this
     call carries the same key, so the service stores it once however often it is
     resent (a lost answer, a 502, a timeout), and it is retried like a rank.
-    ``configs`` are built for a ``spec`` model (``spec`` is needed with them)."""
+    ``options.configs`` are built for a ``spec`` model (``spec`` is needed with
+    them); ``graph_not_found`` uploads the graph (``known`` learns it) and resends."""
+    opts = options
     body: dict[str, Any] = {"model": model, "graph_id": graph.graph_id}
-    body.update(_measurements(graph, runtimes_ns, configs, config_indices, spec))
-    if version is not None:
-        body["model_version"] = version
-    if target is not None:
-        body["target"] = target
-    if ranking_id is not None:  # the rank answer config_indices index into
-        body["ranking_id"] = ranking_id
-    if compiler is not None:  # what the runtimes were measured under
-        body["compiler"] = compiler
+    body.update(
+        _measurements(graph, runtimes_ns, opts.configs, opts.config_indices, spec)
+    )
+    given = {
+        "model_version": opts.model_version,
+        "target": opts.target,
+        "ranking_id": opts.ranking_id,  # the rank answer config_indices index into
+        "compiler": opts.compiler,  # what the runtimes were measured under
+    }
+    body.update((k, v) for k, v in given.items() if v is not None)
     call = Call(
         "POST",
         "/v1/feedback",
@@ -273,7 +272,7 @@ def feedback_flow(  # noqa: PLR0913 -- one parameter per field of the feedback b
     try:
         response = yield call
     except GraphNotFound:  # unknown to the service, or missing from its database
-        yield from upload_flow(model, graph, version, known)
+        yield from upload_flow(model, graph, opts.model_version, known)
         response = yield call
     return parse_feedback(response)
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from xla_costmodel.clients.errors import ProtocolError
+from xla_costmodel.clients.feedback_options import FeedbackOptions
 from xla_costmodel.clients.payloads import GraphInput
 from xla_costmodel.clients.rank_options import RankOptions
 from xla_costmodel.clients.retry import Deadline
@@ -30,19 +31,12 @@ class Ranks(Protocol):
         self, model: str, graph: GraphInput, configs: Any, options: RankOptions
     ) -> RankResult: ...
 
-    def feedback(
+    def feedback_with(
         self,
         model: str,
         graph: GraphInput,
         runtimes_ns: Runtimes,
-        *,
-        configs: Any | None = ...,
-        config_indices: Sequence[int] | None = ...,
-        ranking_id: str | None = ...,
-        model_version: str | None = ...,
-        target: str | None = ...,
-        compiler: str | None = ...,
-        deadline: DeadlineArg = ...,
+        options: FeedbackOptions,
     ) -> FeedbackResult: ...
 
 
@@ -51,19 +45,12 @@ class AsyncRanks(Protocol):
         self, model: str, graph: GraphInput, configs: Any, options: RankOptions
     ) -> RankResult: ...
 
-    async def feedback(
+    async def feedback_with(
         self,
         model: str,
         graph: GraphInput,
         runtimes_ns: Runtimes,
-        *,
-        configs: Any | None = ...,
-        config_indices: Sequence[int] | None = ...,
-        ranking_id: str | None = ...,
-        model_version: str | None = ...,
-        target: str | None = ...,
-        compiler: str | None = ...,
-        deadline: DeadlineArg = ...,
+        options: FeedbackOptions,
     ) -> FeedbackResult: ...
 
 
@@ -102,9 +89,26 @@ class _Pin:
             portfolio=portfolio,
         )
 
-    def _indexed(self, indices: Sequence[int] | None) -> str | None:
-        """Indices without a ranking_id mean the session's latest answer."""
-        return None if indices is None else self.last_ranking_id
+    def _feedback_options(
+        self,
+        configs: Any | None,
+        config_indices: Sequence[int] | None,
+        ranking_id: str | None,
+        deadline: DeadlineArg,
+    ) -> FeedbackOptions:
+        """A report's options, with the session's version, target and compiler;
+        indices without a ranking_id mean the session's latest answer."""
+        if not ranking_id:
+            ranking_id = None if config_indices is None else self.last_ranking_id
+        return FeedbackOptions(
+            configs=configs,
+            config_indices=config_indices,
+            ranking_id=ranking_id,
+            model_version=self.model_version,
+            target=self.target,
+            compiler=self.compiler,
+            deadline=deadline,
+        )
 
     def _pin(self, result: RankResult) -> RankResult:
         if result.degraded:
@@ -159,18 +163,8 @@ class TuningSession(_Pin):
         ranking_id: str | None = None,
         deadline: float | Deadline | None = None,
     ) -> FeedbackResult:
-        return self.client.feedback(
-            self.model,
-            graph,
-            runtimes_ns,
-            configs=configs,
-            config_indices=config_indices,
-            ranking_id=ranking_id or self._indexed(config_indices),
-            model_version=self.model_version,
-            target=self.target,
-            compiler=self.compiler,
-            deadline=deadline,
-        )
+        options = self._feedback_options(configs, config_indices, ranking_id, deadline)
+        return self.client.feedback_with(self.model, graph, runtimes_ns, options)
 
 
 class AsyncTuningSession(_Pin):
@@ -212,15 +206,5 @@ class AsyncTuningSession(_Pin):
         ranking_id: str | None = None,
         deadline: float | Deadline | None = None,
     ) -> FeedbackResult:
-        return await self.client.feedback(
-            self.model,
-            graph,
-            runtimes_ns,
-            configs=configs,
-            config_indices=config_indices,
-            ranking_id=ranking_id or self._indexed(config_indices),
-            model_version=self.model_version,
-            target=self.target,
-            compiler=self.compiler,
-            deadline=deadline,
-        )
+        options = self._feedback_options(configs, config_indices, ranking_id, deadline)
+        return await self.client.feedback_with(self.model, graph, runtimes_ns, options)

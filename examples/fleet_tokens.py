@@ -27,7 +27,7 @@ def main() -> None:
     import fleet_programs
 
     from xla_costmodel.clients import CostModelClient
-    from xla_costmodel.clients.xla.tune import tune
+    from xla_costmodel.clients.xla.tune import TuneConfig, tune
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", default="http://127.0.0.1:8000")
@@ -38,10 +38,10 @@ def main() -> None:
     for name, token in zip(PROGRAMS, tokens, strict=True):
         fn, args = getattr(fleet_programs, name)()
         with CostModelClient(opts.server, token=token) as client:
-            report = tune(fn, args, budget=opts.budget, client=client)
-        stored = sum(r.get("feedback_stored") or 0 for r in report.rounds)
-        shaping = (report.rounds[0].get("shaping") if report.rounds else None) or {}
-        knew = shaping.get("target_programs")
+            report = tune(fn, args, TuneConfig(budget=opts.budget), client=client)
+        stored = sum(r.feedback_stored or 0 for r in report.rounds)
+        shaping = report.rounds[0].shaping if report.rounds else None
+        knew = None if shaping is None else shaping.target_programs
         print(
             f"{name}: speedup {report.speedup:.3f}x, {stored} measurements stored, "
             f"target_programs {knew} before its first round"

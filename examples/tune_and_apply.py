@@ -20,7 +20,7 @@ def main() -> None:
     import jax.numpy as jnp
 
     from xla_costmodel.clients import CostModelClient
-    from xla_costmodel.clients.xla.tune import tune
+    from xla_costmodel.clients.xla.tune import TuneConfig, tune
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", default="http://127.0.0.1:8000")
@@ -32,7 +32,7 @@ def main() -> None:
 
     args = (jnp.ones((256, 512), jnp.float32), jnp.ones((512, 256), jnp.float32))
     with CostModelClient(opts.server) as client:
-        report = tune(f, args, budget=opts.budget, client=client)
+        report = tune(f, args, TuneConfig(budget=opts.budget), client=client)
     print(f"speedup {report.speedup:.3f}x: {report.compiler_options or '(default)'}")
     print(f"why: {report.reason}")
     options: dict[str, Any] = report.compiler_options  # what compile() takes

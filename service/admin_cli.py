@@ -13,8 +13,8 @@ the SQLite file in ``COSTMODEL_DATA_DIR``); these commands change it directly, a
 every replica sees the change on its next request (a revoked token stops working, a
 purged writer's rows leave every graph's fit). What the processes cache from it
 (measurement generations, each graph's decisions) they drop when ``revoke`` and
-``purge`` announce the change through the service's Redis (``--redis-url``, else
-``COSTMODEL_REDIS_URL``): at once, instead of within ``LIVE_TRUST_S`` (60 s). The
+``purge`` announce ``WritersChanged`` through the service's Redis (``--redis-url``,
+else ``COSTMODEL_REDIS_URL``): at once, instead of within ``LIVE_TRUST_S`` (60 s). The
 store is opened as ``costmodel dataset export`` opens it (``command_store.open_store``).
 """
 
@@ -116,19 +116,19 @@ def purge(
 
 def _announce(url: str, database_url: str | None, stale: str) -> None:
     """Tell the service's processes that writers or measurements changed: each
-    drops what it cached (generations.py, ``announce``), sealed as they seal
+    drops what it cached (``event_bus.announce``), sealed as they seal
     (``COSTMODEL_REDIS_HMAC_KEY``, else derived from the database URL, as theirs);
     untold, the service ``stale`` for up to ``LIVE_TRUST_S``."""
     import asyncio
 
     from redis.exceptions import RedisError
 
-    from xla_costmodel.service.core.generations import LIVE_TRUST_S, announce
+    from xla_costmodel.service.core.event_bus import LIVE_TRUST_S, announce
     from xla_costmodel.service.core.redis_store import Seal, connect
 
     given = SecretStr(database_url) if database_url else None
-    settings = Settings(database_url=given) if given else Settings()
-    seal = Seal(settings.redis_seal_key)  # open_store validated these settings
+    settings = Settings.load(database_url=given) if given else Settings()
+    seal = Seal(settings.stores.redis_seal_key)  # open_store validated these
 
     async def run() -> None:
         client = connect(url, 2.0, 2.0)

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from xla_costmodel.runner import SessionOptions
 from xla_costmodel.service.core.build import build_core
 from xla_costmodel.service.core.database import Database
-from xla_costmodel.service.core.generations import is_alone
+from xla_costmodel.service.core.event_bus import is_alone
 from xla_costmodel.service.core.redis_store import RedisStore, Seal, connect
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.errors import (
@@ -47,6 +47,11 @@ from xla_costmodel.service.store import StoreUnavailable, default_sqlite_url
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"
+# Former settings (docs/settings.md).
+CACHE_TTL_S = 7 * 24 * 3600  # an embedding's Redis TTL
+# Versions loaded per model: a pinned request keeps working across one reload (the
+# newest serves unpinned requests).
+KEEP_VERSIONS = 2
 
 
 @asynccontextmanager
@@ -58,17 +63,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     redis = _redis(settings)
     url = _database_url(settings)
     app.state.database = db = Database(url, on_statement=metrics.stores.db_statement)
-    options = SessionOptions(settings.intra_op_threads)
+    scoring = settings.scoring
     app.state.registry = registry = ModelRegistry(
-        settings.model_dir,
-        settings.models,
-        options,
-        settings.keep_versions,
+        scoring.model_dir,
+        scoring.models,
+        SessionOptions(),  # one thread per session: its nodes run in sequence
+        KEEP_VERSIONS,
         metrics.models,
     )
     # The default (a callable) is the SQLite file.
     alone = is_alone(
-        settings.workers, app.state.replica, None if callable(url) else url
+        settings.server.workers, app.state.replica, None if callable(url) else url
     )
     app.state.core = core = build_core(settings, metrics, redis, db, registry, alone)
     try:
@@ -76,26 +81,28 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await db.run(lambda store: store.ping())  # opens and migrates it now
         except StoreUnavailable as exc:  # ranking goes on; feedback answers 503
             log.warning("database unavailable at start", extra={"error": str(exc)})
-        core.generations.start()  # the subscriber: other processes' writes
         await registry.load_all()
         # The shipped seeds are fitted before the first request: a tuner's first
         # portfolio needs them. Then refits follow the database, off the request path.
         await core.knowledge.prepare(registry.loaded())
-        async with anyio.create_task_group() as loops:
+        async with anyio.create_task_group() as tasks:
+            # Other processes' writes: the subscription drops every cache when it
+            # comes up, so what the loading above cached is read again.
+            tasks.start_soon(core.bus.listen, name="events")
             for loop in core.loops:
-                loops.start_soon(loop.run, name=loop.name)
+                tasks.start_soon(loop.run, name=loop.name)
             log.info(
                 "serving",
                 extra={
-                    "models": settings.models,
+                    "models": scoring.models,
                     "ready": registry.ready,
                     "redis": bool(redis),
                     "database": db.scheme,
-                    "feedback_auth": settings.feedback_auth,
+                    "feedback_auth": settings.feedback.feedback_auth,
                 },
             )
             yield
-            loops.cancel_scope.cancel()  # a step in a thread finishes first
+            tasks.cancel_scope.cancel()  # a step in a thread finishes first
     finally:
         await core.aclose()
         if redis is not None:
@@ -106,30 +113,29 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def _redis(settings: Settings) -> RedisStore | None:
     """The Redis store, if one is configured (connecting is lazy)."""
-    if not settings.redis_url:
+    stores = settings.stores
+    if not stores.redis_url:
         return None
-    client = connect(
-        settings.redis_url.get_secret_value(),
-        settings.redis_timeout_s,
-        settings.redis_connect_timeout_s,
-    )
+    # Short socket and connect timeouts, no retries: a slow Redis is a cache miss.
+    timeout_s = settings.developer.redis_timeout_s
+    client = connect(stores.redis_url.get_secret_value(), timeout_s, timeout_s)
     # Values are sealed: the service reads back only what it wrote.
-    seal = Seal(settings.redis_seal_key)
-    return RedisStore(
-        client, settings.cache_ttl_s, settings.redis_cooldown_s, seal=seal
-    )
+    seal = Seal(stores.redis_seal_key)
+    cooldown_s = settings.developer.redis_cooldown_s
+    return RedisStore(client, CACHE_TTL_S, cooldown_s, seal=seal)
 
 
 def _database_url(settings: Settings) -> str | Callable[[], str]:
     """The configured URL, else (a callable: resolved on first use) the SQLite file."""
-    if settings.database_url:
-        return settings.database_url.get_secret_value()
-    return partial(default_sqlite_url, settings.data_dir)
+    stores = settings.stores
+    if stores.database_url:
+        return stores.database_url.get_secret_value()
+    return partial(default_sqlite_url, stores.data_dir)
 
 
 def create_app(settings: Settings, replica: bool = False) -> FastAPI:
     """The ASGI app; resources open when its lifespan starts. ``replica``: one of
-    several processes started apart from ``settings.workers`` (Ray Serve), so other
+    several processes started apart from ``COSTMODEL_WORKERS`` (Ray Serve), so other
     processes may write the same database."""
     app = FastAPI(
         title="costmodel",
@@ -139,14 +145,9 @@ def create_app(settings: Settings, replica: bool = False) -> FastAPI:
     )
     app.state.settings = settings
     app.state.replica = replica
-    app.add_middleware(
-        RequestContext,
-        max_inflight=settings.max_inflight,
-        max_body_bytes=settings.max_body_bytes,
-        body_timeout_s=settings.body_timeout_s,
-        body_budget_bytes=settings.body_budget_bytes,
-        max_json_bytes=settings.max_json_body_bytes,
-    )
+    # The group's names are the middleware's parameters; its body budget and JSON
+    # bound are the middleware's defaults.
+    app.add_middleware(RequestContext, **settings.requests.model_dump())
     for router in ROUTERS:
         app.include_router(router)
     _install_error_handlers(app)
@@ -157,7 +158,7 @@ def create_app(settings: Settings, replica: bool = False) -> FastAPI:
 def app_from_env() -> FastAPI:
     """Factory for uvicorn: settings from ``COSTMODEL_*`` variables, JSON logs."""
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.server.log_level)
     return create_app(settings)
 
 
@@ -217,4 +218,4 @@ def _document_limits(schema: dict[str, Any], settings: Settings) -> None:
     for declared in (top_k, *params):
         for option in declared.get("anyOf", [declared]):
             if option.get("type") == "integer":
-                option["maximum"] = settings.max_configs
+                option["maximum"] = settings.limits.max_configs

@@ -1,5 +1,6 @@
 """Reading a request: its body under a byte limit (refused early when it is declared
-too big), and query parameters a route parses itself (``parse_query``)."""
+too big), its media type, and query parameters a route parses itself
+(``parse_query``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from xla_costmodel.service.codecs import media_type
 from xla_costmodel.service.core.inputs import INLINE_BYTES
 from xla_costmodel.service.errors import InvalidRequest, MalformedBody, PayloadTooLarge
 from xla_costmodel.service.schemas import NPZ_MEDIA_TYPE
@@ -36,6 +36,11 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     if total == 0:
         raise MalformedBody("empty body")
     return b"".join(chunks)
+
+
+def media_type(content_type: str | None) -> str:
+    """The media type of a ``Content-Type`` value, lower case, without parameters."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
 
 
 def _too_large(max_bytes: int) -> str:

@@ -79,7 +79,7 @@ def serve(
     workers: WorkersOption = None,
 ) -> None:
     """Serve the cost models (tile, layout, xla_cpu by default) over HTTP (see /docs)."""
-    # The options given, as Settings fields: worker processes and Ray replicas
+    # The options given, by flat setting name: worker processes and Ray replicas
     # rebuild their Settings from these (and the environment) on their side.
     overrides: dict[str, Any] = {
         "host": host,
@@ -95,12 +95,12 @@ def serve(
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
-    configure_logging(settings.log_level)
+    configure_logging(settings.server.log_level)
     if ray:
-        if settings.workers > 1:
+        if settings.server.workers > 1:
             raise typer.BadParameter("--workers and --ray exclude each other")
         _serve_on_ray(settings, overrides, replicas)
-    elif settings.workers > 1:
+    elif settings.server.workers > 1:
         run_workers(settings, overrides, GRACEFUL_SHUTDOWN_S)
     else:
         _serve_here(settings)
@@ -113,8 +113,8 @@ def _serve_here(settings: Settings) -> None:
 
     uvicorn.run(
         create_app(settings),
-        host=settings.host,
-        port=settings.port,
+        host=settings.server.host,
+        port=settings.server.port,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,

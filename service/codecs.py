@@ -1,4 +1,5 @@
-"""Request bodies by media type: JSON, npz or HLO text, decoded into the core's requests.
+"""Request bodies by media type: npz and HLO text here, JSON in ``json_body.py``,
+decoded into the core's requests; and the rank answer as npz.
 
 The decoders are looked up in ``GRAPH_DECODERS``/``RANK_DECODERS`` by media type, so a
 new input format (HLO text, say) is one function and one table entry. Decoding only
@@ -14,16 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
+from xla_costmodel.service.body import media_type
 from xla_costmodel.service.core.hlo import HloText
-from xla_costmodel.service.core.inputs import (
-    SENT_GRAPH_KEYS,
-    RawGraph,
-    config_array,
-    one_graph,
-)
-from xla_costmodel.service.core.raw_configs import RawConfigs
+from xla_costmodel.service.core.inputs import SENT_GRAPH_KEYS, RawGraph, one_graph
 from xla_costmodel.service.core.requests import (
     RankOptions,
     RankRequest,
@@ -35,17 +30,11 @@ from xla_costmodel.service.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from xla_costmodel.service.schemas import (
-    HLO_MEDIA_TYPE,
-    NPZ_MEDIA_TYPE,
-    FeedbackIn,
-    GraphIn,
-    RankIn,
-)
+from xla_costmodel.service.json_body import JSON_MEDIA_TYPE, json_graph, json_rank
+from xla_costmodel.service.schemas import HLO_MEDIA_TYPE, NPZ_MEDIA_TYPE
 from xla_costmodel.tpugraphs.collections import COLLECTIONS, config_keys
 from xla_costmodel.tpugraphs.npz import NpzError, NpzTooLarge, read_npz
 
-JSON_MEDIA_TYPE = "application/json"
 CONFIG_KEYS = config_keys()  # config_feat, node_config_feat
 # Keys of TpuGraphs files that the service does not need (labels, splits, the config
 # spec): ignored, so a file uploads as it is.
@@ -79,10 +68,6 @@ def split_names(values: list[str] | None) -> tuple[str, ...] | None:
     return tuple(n.strip() for v in values for n in v.split(",") if n.strip())
 
 
-def media_type(content_type: str | None) -> str:
-    return (content_type or "").split(";", 1)[0].strip().lower()
-
-
 def prefers_npz(accept: str | None) -> bool:
     """Whether ``Accept`` names npz with a q at least JSON's (JSON is the default).
 
@@ -112,16 +97,6 @@ def prefers_npz(accept: str | None) -> bool:
 
     npz = ranges.get(NPZ_MEDIA_TYPE, 0.0)
     return npz > 0 and npz >= quality(JSON_MEDIA_TYPE)
-
-
-def validation_error(exc: ValidationError) -> InvalidRequest | MalformedBody:
-    """The first pydantic error as ours, its location as a dotted field (no indices)."""
-    first = exc.errors(include_url=False)[0]
-    if first["type"] == "json_invalid":
-        return MalformedBody(str(first["msg"]))
-    keys = [str(part) for part in first["loc"] if isinstance(part, str)]
-    field = ".".join(keys) if keys else "body"
-    return InvalidRequest(first["msg"], field)
 
 
 def decode_upload(
@@ -167,14 +142,6 @@ def _unsupported(content_type: str | None, table: Mapping[str, Any]) -> str:
     return f"content type {content_type or '(none)'!r} is not one of {', '.join(table)}"
 
 
-def _json_graph(body: bytes, max_decoded: int) -> RawGraph:
-    try:
-        graph = GraphIn.model_validate_json(body)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
-    return _graph_arrays(graph, "", len(body))
-
-
 def _hlo_graph(body: bytes, max_decoded: int) -> HloText:
     # The size bound (COSTMODEL_MAX_HLO_BYTES) is core.graphs', on the loop, before
     # the text is parsed: body and JSON "hlo" alike.
@@ -183,64 +150,18 @@ def _hlo_graph(body: bytes, max_decoded: int) -> HloText:
     return HloText(body.decode("utf-8", errors="replace"))
 
 
-def _graph_arrays(graph: GraphIn, prefix: str, nbytes: int) -> RawGraph:
-    arrays = {
-        "node_feat": graph.node_feat,
-        "node_opcode": graph.node_opcode,
-        "edge_index": graph.edge_index,
-    }
-    if graph.node_config_ids is not None:
-        arrays["node_config_ids"] = graph.node_config_ids
-    return RawGraph(arrays, prefix, nbytes)
-
-
 def _json_rank(
     body: bytes, params: Params, max_decoded: int, client: str
 ) -> RankRequest:
+    """A JSON body carries every parameter but ``adapt=false``, which the query may
+    add (it wins)."""
     for name, value in vars(params).items():
         if value is not None and name != "adapt":
             raise InvalidRequest(
                 "query parameters are for application/x-npz bodies; put it in the JSON",
                 name,
             )
-    try:
-        req = RankIn.model_validate_json(body)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
-    graph = json_rank_graph(req, len(body))
-    if (req.configs is None) == (req.raw_configs is None):
-        raise InvalidRequest("give exactly one of configs or raw_configs", "configs")
-    configs: Any = RawConfigs(req.raw_configs) if req.raw_configs is not None else None
-    if req.configs is not None:  # here, off the loop when the body is large
-        configs = config_array(req.configs, "configs")
-    options = RankOptions(
-        model_version=req.model_version,
-        top_k=req.top_k,
-        target=req.target,
-        adapt=req.adapt and params.adapt is not False,
-        portfolio=req.portfolio,
-        compiler=req.compiler,
-    )
-    return RankRequest(
-        model=req.model,
-        graph_id=req.graph_id,
-        graph=graph,
-        configs=configs,
-        configs_field="configs" if req.raw_configs is None else "raw_configs",
-        client=client,
-        options=options,
-    )
-
-
-def json_rank_graph(req: RankIn | FeedbackIn, nbytes: int) -> RawGraph | HloText | None:
-    """The graph of a rank or feedback body: by id (None), arrays, or HLO text."""
-    one_graph(req.graph_id, req.graph, req.hlo)
-    if req.configurable is not None and req.hlo is None:
-        raise InvalidRequest("configurable goes with hlo", "configurable")
-    if req.hlo is not None:
-        names = None if req.configurable is None else tuple(req.configurable)
-        return HloText(req.hlo, names, "hlo")
-    return None if req.graph is None else _graph_arrays(req.graph, "graph.", nbytes)
+    return json_rank(body, client=client, adapt=params.adapt is not False)
 
 
 def load_npz(
@@ -322,7 +243,7 @@ GraphDecoder = Callable[[bytes, int], RawGraph | HloText]
 RankDecoder = Callable[[bytes, Params, int, str], RankRequest]
 
 GRAPH_DECODERS: dict[str, GraphDecoder] = {
-    JSON_MEDIA_TYPE: _json_graph,
+    JSON_MEDIA_TYPE: json_graph,
     NPZ_MEDIA_TYPE: _npz_graph,
     HLO_MEDIA_TYPE: _hlo_graph,
 }

@@ -29,14 +29,14 @@ def open_store(
     creates an empty SQLite file unless ``create``; messages never show a password."""
     try:
         given = SecretStr(database_url) if database_url else None
-        settings = Settings(database_url=given) if given else Settings()
+        settings = Settings.load(database_url=given) if given else Settings()
     except ValidationError as exc:  # the settings hide input values (secrets)
         err.print(f"[red]invalid settings:[/] {exc}")
         raise typer.Exit(2) from None
-    if settings.database_url is not None:
-        url = settings.database_url.get_secret_value()
+    if settings.stores.database_url is not None:
+        url = settings.stores.database_url.get_secret_value()
     else:
-        url = f"sqlite:///{settings.data_dir / 'costmodel.db'}"
+        url = f"sqlite:///{settings.stores.data_dir / 'costmodel.db'}"
     try:
         path = sqlite_path(normalise_url(url))
         if path is not None and not create and not path.is_file():

@@ -81,9 +81,10 @@ async def require_admin(
     """401 without a bearer token, 403 with a wrong one or when no token is configured."""
     if credentials is None:
         raise Unauthorized("admin endpoint: send Authorization: Bearer <token>")
-    if settings.admin_token is None:
+    token = settings.server.admin_token
+    if token is None:
         raise Forbidden("the admin API is disabled (COSTMODEL_ADMIN_TOKEN is not set)")
-    expected = settings.admin_token.get_secret_value().encode()
+    expected = token.get_secret_value().encode()
     if not hmac.compare_digest(credentials.credentials.encode(), expected):
         raise Forbidden("invalid admin token")
 

@@ -226,8 +226,9 @@ def _too_large(what: str, limit: int) -> PayloadTooLarge:
     if what == "body":
         return PayloadTooLarge(f"body larger than {limit} bytes", "body")
     return PayloadTooLarge(
-        f"JSON body larger than {limit} bytes (COSTMODEL_MAX_JSON_BODY_BYTES): send "
-        "big batches as application/x-npz, which is also ~10x cheaper to decode",
+        f"JSON body larger than {limit} bytes (RequestContext's max_json_bytes, "
+        "service/middleware.py): send big batches as application/x-npz, which is "
+        "also ~10x cheaper to decode",
         "body",
     )
 

@@ -219,7 +219,7 @@ def build(args: dict[str, Any]) -> Application:
 
 
 def run_on_ray(settings: Settings, overrides: dict[str, Any], replicas: int) -> None:
-    """``costmodel serve --ray``: Serve's proxy on ``settings.host:port``, the
+    """``costmodel serve --ray``: Serve's proxy on ``settings.server``'s host:port, the
     replicas configured by the caller's COSTMODEL_* environment and ``overrides``
     (the command's options); blocks until Ctrl-C."""
     import ray
@@ -230,9 +230,10 @@ def run_on_ray(settings: Settings, overrides: dict[str, Any], replicas: int) -> 
             env[ENV_PREFIX + name.upper()] = str(value)
     # Replicas may run in another working directory (or on another node): relative
     # paths are resolved here, where the caller meant them.
-    env[ENV_PREFIX + "MODEL_DIR"] = str(settings.model_dir.resolve())
-    env[ENV_PREFIX + "DATA_DIR"] = str(settings.data_dir.resolve())
-    # The proxy listens on settings.host, not the replicas: they get auto's answer.
+    env[ENV_PREFIX + "MODEL_DIR"] = str(settings.scoring.model_dir.resolve())
+    env[ENV_PREFIX + "DATA_DIR"] = str(settings.stores.data_dir.resolve())
+    # The proxy listens on the configured host, not the replicas: they get auto's
+    # answer.
     auth = "token" if settings.feedback_tokens_required else "off"
     env[ENV_PREFIX + "FEEDBACK_AUTH"] = auth
     env, secrets = split_secrets(env)
@@ -245,7 +246,8 @@ def run_on_ray(settings: Settings, overrides: dict[str, Any], replicas: int) -> 
     os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
     try:
         ray.init()  # RAY_ADDRESS, if set, names a running cluster
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        server = {"host": settings.server.host, "port": settings.server.port}
+        serve.start(http_options=server)
         app = build({"replicas": replicas, "env": env})
         serve.run(app, name=DEPLOYMENT, route_prefix="/")
         _wait_for_signal()

@@ -73,13 +73,14 @@ def metrics_dir() -> Iterator[Path]:
 def run_workers(
     settings: Settings, overrides: Mapping[str, Any], graceful_s: int
 ) -> None:
-    """Serve with ``settings.workers`` processes until stopped (SIGINT/SIGTERM)."""
-    if settings.redis_url is None:
+    """Serve with ``COSTMODEL_WORKERS`` processes until stopped (SIGINT/SIGTERM)."""
+    server = settings.server
+    if settings.stores.redis_url is None:
         log.warning(
             "several workers without Redis: a ranking is remembered only by the "
             "worker that answered it, so feedback by config_indices may get 409 "
             "ranking_not_found from another",
-            extra={"workers": settings.workers},
+            extra={"workers": server.workers},
         )
     with metrics_dir() as path:
         env = {**settings_env(overrides), MULTIPROC_ENV: str(path)}
@@ -87,9 +88,9 @@ def run_workers(
             uvicorn.run(
                 APP_FACTORY,
                 factory=True,
-                workers=settings.workers,
-                host=settings.host,
-                port=settings.port,
+                workers=server.workers,
+                host=server.host,
+                port=server.port,
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=graceful_s,

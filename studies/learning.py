@@ -180,7 +180,6 @@ def service_env(
         "COSTMODEL_MODELS": models,
         "COSTMODEL_REDIS_URL": redis_url,
         "COSTMODEL_LOG_LEVEL": "WARNING",
-        "COSTMODEL_INTRA_OP_THREADS": "1",
         "COSTMODEL_REDIS_TIMEOUT_S": "2",
     }
     if isinstance(data, Path):

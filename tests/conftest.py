@@ -1,6 +1,6 @@
 """Fixtures shared by every test layer: the real TpuGraphs sample (in the repository,
 ``datasets/tpugraphs``), a real redis-server and a real PostgreSQL server
-(``xla_costmodel.harness``).
+(``xla_costmodel.harness``), and the wheel built from this tree's sdist.
 
 Redis and PostgreSQL are never mocked and never skipped: a missing ``redis-server`` or
 ``initdb``/``postgres`` fails the run (``make test`` installs both). Each session gets
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,3 +100,49 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     if postgres_server.proc is None:
         postgres_server.start()
     postgres_server.drop_database(name)
+
+
+def _built(argv: list[str | Path], cwd: Path | None = None) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the sdist built from this tree and the wheel built **from that
+    sdist** (what ``pip install`` of an sdist does: the tree's folder links are files
+    in the sdist), once per session (tests/test_packaging.py, the quick starts on a
+    clean install)."""
+    out = tmp_path_factory.mktemp("dist")
+    build: list[str | Path] = [
+        "build",
+        "--no-isolation",
+        "--sdist",
+        "--outdir",
+        out,
+        REPO,
+    ]
+    _built([sys.executable, "-m", *build])
+    sdist = next(out.glob("xla_costmodel-*.tar.gz"))
+    # The wheel from the sdist alone: nothing of the checkout is reachable from here.
+    wheel: list[str | Path] = [
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        out,
+    ]
+    _built(
+        [sys.executable, "-m", "pip", *wheel, sdist],
+        cwd=tmp_path_factory.mktemp("elsewhere"),
+    )
+    return out

@@ -1,8 +1,8 @@
 """The distribution as users install it: one import package, a light base install that
 is the client, and a CLI that names the extra a command needs.
 
-Builds the sdist from this tree and the wheel **from that sdist** (what ``pip install``
-of an sdist does: the tree's folder links are files in the sdist), installs the wheel
+Takes the sdist built from this tree and the wheel built **from that sdist** (the
+session's ``dist`` fixture, tests/conftest.py), installs the wheel
 **without extras** into a fresh virtualenv (dependencies from the package index) and
 uses it from a folder that has its own ``clients/`` and ``models/`` packages; then
 installs ``[service,bench]`` from it into another and serves the shipped models.
@@ -41,39 +41,6 @@ def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProce
         text=True,
         timeout=600,
     )
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    built = run(
-        sys.executable,
-        "-m",
-        "build",
-        "--no-isolation",
-        "--sdist",
-        "--outdir",
-        out,
-        REPO,
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    sdist = next(out.glob("xla_costmodel-*.tar.gz"))
-    # The wheel from the sdist alone: nothing of the checkout is reachable from here.
-    wheeled = run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "-q",
-        "--no-deps",
-        "--no-build-isolation",
-        "--wheel-dir",
-        out,
-        sdist,
-        cwd=tmp_path_factory.mktemp("elsewhere"),
-    )
-    assert wheeled.returncode == 0, wheeled.stdout[-3000:] + wheeled.stderr[-3000:]
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,18 @@
 """How ``tune`` picks the next configs to measure: the service's ranking, or at random.
 
 A picker sees the candidate rows (``xla_cpu.sample``) by index. ``pick(remaining,
-step)`` returns ``step.size`` of the ``remaining`` indices (``policy.Round``: the
-portfolio's head, then the ranking's); ``feedback(rows, runtimes_ns)`` reports what
+step)`` returns a ``Picked``: ``step.size`` of the ``remaining`` indices
+(``policy.Round``: the portfolio's head, then the ranking's) and, when the service
+ranked them, what shaped that ranking; ``feedback(rows, runtimes_ns)`` reports what
 was measured and returns how many measurements the service stored (None: not sent).
-Service errors propagate as ``CostModelError``. No jax here.
+A picker keeps no answer for later: each call's is its return value. Service errors
+propagate as ``CostModelError``. No jax here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,26 +26,47 @@ from xla_costmodel.clients.xla import policy
 Rows = npt.NDArray[np.float32]
 
 
-class Picker(Protocol):
-    @property
-    def adapted(self) -> int | None:
-        """Measurements of the graph that shaped the last ranking (None: no ranking)."""
-        ...
+@dataclass(frozen=True, kw_only=True)
+class Shaping:
+    """What shaped a ranking besides the graph's own measurements: the target's
+    programs and measurements the service knows, and the weights of that knowledge
+    and of the model's prior (``RankResult``'s figures; keys in this order in
+    ``TuneReport.to_json``)."""
+
+    target_programs: int
+    target_measurements: int
+    knowledge_weight: float
+    prior_weight: float
+
+    @classmethod
+    def of(cls, result: RankResult) -> Shaping:
+        return cls(
+            target_programs=result.target_programs,
+            target_measurements=result.target_measurements,
+            knowledge_weight=result.knowledge_weight,
+            prior_weight=result.prior_weight,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Picked:
+    """One pick: the rows to measure next and, when the service ranked them, its
+    answer: ``adapted`` (measurements of the graph that shaped the ranking; None:
+    no ranking), ``shaping`` and the model version that answered."""
+
+    rows: tuple[int, ...]
+    adapted: int | None = None
+    shaping: Shaping | None = None
+    model_version: str | None = None
 
     @property
     def answered(self) -> bool:
-        """Whether the service has ranked at least once."""
-        ...
+        """Whether the service ranked these rows."""
+        return self.adapted is not None
 
-    @property
-    def model_version(self) -> str | None: ...
 
-    @property
-    def shaping(self) -> dict[str, Any] | None:
-        """What shaped the last ranking besides the graph's measurements."""
-        ...
-
-    def pick(self, remaining: Sequence[int], step: policy.Round) -> list[int]: ...
+class Picker(Protocol):
+    def pick(self, remaining: Sequence[int], step: policy.Round) -> Picked: ...
 
     def feedback(
         self, rows: Sequence[int], runtimes_ns: Sequence[int]
@@ -66,25 +90,21 @@ class ModelPicker:
     ) -> None:
         self.session, self.graph, self.rows = session, graph, rows
         self.deadline = deadline
-        self.adapted: int | None = None
-        self.answered = False
-        self.shaping: dict[str, Any] | None = None
 
-    @property
-    def model_version(self) -> str | None:
-        return self.session.model_version
-
-    def pick(self, remaining: Sequence[int], step: policy.Round) -> list[int]:
+    def pick(self, remaining: Sequence[int], step: policy.Round) -> Picked:
         result = self.session.rank(
             self.graph,
             self.rows[list(remaining)],
             deadline=self.deadline,
             portfolio=step.explore > 0,
         )
-        self.answered, self.adapted = True, result.adapted
-        self.shaping = _shaping(result)
         chosen = policy.pick(result.ranking, result.portfolio, step)
-        return [remaining[j] for j in chosen]
+        return Picked(
+            rows=tuple(remaining[j] for j in chosen),
+            adapted=result.adapted,
+            shaping=Shaping.of(result),
+            model_version=self.session.model_version,
+        )
 
     def feedback(self, rows: Sequence[int], runtimes_ns: Sequence[int]) -> int | None:
         result = self.session.feedback(
@@ -99,26 +119,12 @@ class ModelPicker:
 class RandomPicker:
     """``k`` remaining rows uniformly at random; never talks to the service."""
 
-    adapted: int | None = None
-    answered: bool = False
-    model_version: str | None = None
-    shaping: dict[str, Any] | None = None
-
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
 
-    def pick(self, remaining: Sequence[int], step: policy.Round) -> list[int]:
+    def pick(self, remaining: Sequence[int], step: policy.Round) -> Picked:
         chosen: Any = self.rng.choice(np.asarray(remaining), step.size, replace=False)
-        return [int(i) for i in chosen]
+        return Picked(rows=tuple(int(i) for i in chosen))
 
     def feedback(self, rows: Sequence[int], runtimes_ns: Sequence[int]) -> int | None:
         return None
-
-
-def _shaping(result: RankResult) -> dict[str, Any]:
-    return {
-        "target_programs": result.target_programs,
-        "target_measurements": result.target_measurements,
-        "knowledge_weight": result.knowledge_weight,
-        "prior_weight": result.prior_weight,
-    }

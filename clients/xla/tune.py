@@ -1,12 +1,22 @@
 """``tune``: choose XLA:CPU compiler options for a real JAX program with the service.
 
     from xla_costmodel.clients import CostModelClient
-    from xla_costmodel.clients.xla.tune import autotuned, tune
+    from xla_costmodel.clients.xla.tune import TuneConfig, autotuned, tune
 
+    config = TuneConfig(budget=8)     # every knob, checked once
     with CostModelClient("http://127.0.0.1:8000") as client:
-        report = tune(fn, args, budget=8, client=client)   # a TuneReport
-        fast = autotuned(fn, args, budget=8, client=client)
+        report = tune(fn, args, config, client=client)   # a TuneReport
+        fast = autotuned(fn, args, config, client=client)
     fast(*args)              # the executable compiled with fast.report.compiler_options
+
+One ``TuneConfig`` holds every knob; ``costmodel tune`` builds it once from its
+options, ``jit`` from its ``tune_kwargs``. A run is a chain of steps, each
+returning a frozen value that the next takes: ``prepare`` (the program as the
+service knows it, the fleet's decision: ``Prepared``), ``check_known`` (that
+decision verified: ``Checked``), ``Rounds.play`` (``Played``), ``Rounds.decide``
+and ``Rounds.confirm`` (the kept ``Candidate``, together an ``Outcome``), ``tell``
+(``Told``), and ``build_report`` (the ``TuneReport``). ``Rounds`` is the run's
+ledger of what was measured; nothing else is written by more than one step.
 
 Strategy ``"model"``: lower ``jax.jit(fn)`` once and featurize its pre-optimization
 HLO (one row configures the whole program: no configurable nodes); sample
@@ -69,26 +79,26 @@ import numpy as np
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.xla import policy
 from xla_costmodel.clients.xla.confirm import Confirmation, Confirmer
-from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.pickers import ModelPicker, Picker, RandomPicker
 from xla_costmodel.clients.xla.tune_bench import Bench
 from xla_costmodel.clients.xla.tune_config import (
-    TUNE_PROTOCOL,
-    Hooks,
     Log,
-    Rows,
-    Strategy,
+    Scope,
     TuneConfig,
     default_crash_dir,
 )
-from xla_costmodel.clients.xla.tune_fleet import check_known, prepare, tell, with_row
-from xla_costmodel.clients.xla.tune_report import (
-    Load,
-    RunState,
-    TuneReport,
-    build_report,
+from xla_costmodel.clients.xla.tune_fleet import (
+    Checked,
+    Outcome,
+    Prepared,
+    Told,
+    check_known,
+    prepare,
+    tell,
+    with_row,
 )
-from xla_costmodel.clients.xla.tune_rounds import Candidate, Rounds
+from xla_costmodel.clients.xla.tune_report import Load, TuneReport, build_report
+from xla_costmodel.clients.xla.tune_rounds import Played, Rounds
 from xla_costmodel.tpugraphs import machine, xla_cpu
 
 __all__ = ["Autotuned", "TuneConfig", "TuneReport", "autotuned", "tune"]
@@ -106,73 +116,38 @@ class Autotuned:
         return self.compiled(*args)
 
 
-# The public entry point: each TuneConfig knob as a keyword, as documented.
-def tune(  # noqa: PLR0913
+def tune(
     fn: Callable[..., Any],
     args: Sequence[Any],
-    budget: int = 8,
+    config: TuneConfig | None = None,
     *,
     client: CostModelClient | None = None,
-    model: str = "xla_cpu",
-    strategy: Strategy = "model",
-    seed: int = 0,
-    rounds: int | None = None,
-    candidates: int = 256,
-    target: str | None = None,
-    min_gain: float = 0.02,
-    protocol: TimingProtocol = TUNE_PROTOCOL,
-    crash_dir: Path | None = None,
     progress: Log | None = None,
-    reuse: bool = True,
-    min_writers: int = 1,
-    confirm_rounds: int = 7,
-    hooks: Hooks | None = None,
 ) -> TuneReport:
     """Tune the XLA:CPU compiler options of ``fn(*args)`` (see the module docstring).
 
-    ``budget`` configs are compiled and measured in ``rounds`` rounds (default
-    ``min(3, budget)``), picked from ``candidates`` sampled with ``seed``;
-    ``client`` (strategy ``"model"``) ranks them with ``model`` for ``target``
-    (default: this CPU, ``machine.target()``). With ``reuse``, what the fleet
-    decided for this program (by ``min_writers`` writers at least) is verified
-    first (``reuse.py``). ``crash_dir`` keeps the crash journals
-    (``tune_bench.Bench``; default ``~/.cache/costmodel/tune``). The finalist is
-    confirmed in a fresh process over ``confirm_rounds`` rounds (``confirm.py``);
-    ``hooks`` are for tests (``tune_config.Hooks``). ``progress`` receives a line
-    per step.
+    ``config`` holds every knob (``TuneConfig``; default ``TuneConfig()``: budget 8):
+    ``budget`` configs are compiled and measured in ``rounds`` rounds, picked from
+    ``candidates`` sampled with ``seed``; ``client`` (strategy ``"model"``) ranks
+    them with ``model`` for ``target`` (default: this CPU, ``machine.target()``).
+    With ``reuse``, what the fleet decided for this program (by ``min_writers``
+    writers at least) is verified first (``reuse.py``). ``progress`` receives a
+    line per step.
     """
-    cfg = TuneConfig(
-        budget,
-        model,
-        strategy,
-        seed,
-        rounds,
-        candidates,
-        target,
-        min_gain=min_gain,
-        protocol=protocol,
-        crash_dir=crash_dir,
-        reuse=reuse,
-        min_writers=min_writers,
-        confirm_rounds=confirm_rounds,
-        hooks=hooks or Hooks(),
-    )
-    return run_tuning(fn, tuple(args), cfg, client, progress)[0]
+    return run_tuning(fn, tuple(args), config or TuneConfig(), client, progress)[0]
 
 
 def autotuned(
     fn: Callable[..., Any],
     args: Sequence[Any],
-    budget: int = 8,
+    config: TuneConfig | None = None,
     *,
     client: CostModelClient | None = None,
     progress: Log | None = None,
-    **config: Any,
 ) -> Autotuned:
-    """``tune`` (``config``: its keywords, or any ``TuneConfig`` field), then the
-    executable it measured for the chosen options, callable like ``fn``, with the
-    report attached: ``autotuned(...).report``."""
-    cfg = TuneConfig(budget=budget, **config)
+    """``tune``, then the executable it measured for the chosen options, callable
+    like ``fn``, with the report attached: ``autotuned(...).report``."""
+    cfg = config or TuneConfig()
     report, compiled = run_tuning(fn, tuple(args), cfg, client, progress)
     return Autotuned(compiled, report)
 
@@ -186,26 +161,22 @@ def run_tuning(
     *,
     named: tuple[str, str] | None = None,
 ) -> tuple[TuneReport, Any]:
-    """``tune`` with its configuration built: the report and the executable of the
-    chosen options. ``named``: the program's HLO text and fingerprint as the
-    caller lowered it (a child tuning a shipped program, ``jit_tuning.tune_job``),
-    else this lowering's."""
+    """``tune``: the report and the executable of the chosen options. ``named``:
+    the program's HLO text and fingerprint as the caller lowered it (a child
+    tuning a shipped program, ``jit_tuning.tune_job``), else this lowering's."""
     import jax
 
     started, load_start = time.monotonic(), os.getloadavg()
-    log = progress or _quiet
+    scope = Scope(cfg, cfg.target or machine.target(), machine.compiler() or "unknown")
     rows = xla_cpu.sample(cfg.candidates, cfg.seed)
-    state = RunState(
-        cfg, cfg.target or machine.target(), machine.compiler() or "unknown"
-    )
     lowered = jax.jit(fn).lower(*args)
     text = lowered.as_text(dialect="hlo") if named is None else named[0]
+    prepared = Prepared()
     if cfg.strategy == "model" and client is not None:
-        state.why = prepare(state, client, text, lowered, named)
-        if state.known is not None:
-            rows, state.known_row = with_row(rows, state.known.config)
-    crashes = cfg.crash_dir or default_crash_dir()
-    crash_path = crashes / f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.journal"
+        prepared = prepare(client, scope, text, lowered, named)
+    known_row: int | None = None
+    if prepared.known is not None:
+        rows, known_row = with_row(rows, prepared.known.config)
     confirmer = Confirmer(
         fn,
         args,
@@ -213,46 +184,83 @@ def run_tuning(
         config_scale=cfg.hooks.config_scale,
     )
     with tempfile.TemporaryDirectory(prefix="costmodel-tune-") as workdir:
-        bench = Bench(lowered, args, cfg, Path(workdir), crash_path)
-        run = Rounds(bench, rows, cfg, log, confirmer)
-        if state.ignored:
-            run.notes.append(state.ignored)
-        chosen, default_ns, noise = _choose(state, run, client)
-    best_ns = default_ns if chosen is None else chosen.final_ns or default_ns
-    if chosen is not None and chosen.final_default_ns is not None:
-        default_ns = chosen.final_default_ns  # the fresh process's pairs
+        bench = Bench(lowered, args, cfg, Path(workdir), _crash_path(cfg, text))
+        run = Rounds(bench, rows, cfg, progress or _quiet, confirmer)
+        if prepared.ignored:
+            run.notes.append(prepared.ignored)
+        outcome = _choose(scope, prepared, known_row, run, client)
+    told = Told()
     # A reused default was not measured again: nothing new to tell.
-    if client and state.program and not (state.reused and chosen is None):
-        tell(state, client, run, rows, chosen, default_ns)
-    load = _load(load_start, noise, run.confirmation)
-    report = build_report(state, run, chosen, (default_ns, best_ns), load, started)
-    executable = bench.default_executable if chosen is None else chosen.executable
-    return report, executable
+    news = outcome.chosen is not None or not outcome.checked.reused
+    if client is not None and prepared.program is not None and news:
+        told = tell(client, scope, prepared, rows, outcome)
+    load = _load(load_start, outcome.noise, run.confirmation)
+    report = build_report(scope, prepared, run, outcome, told, load, started)
+    if outcome.chosen is None:
+        return report, bench.default_executable
+    return report, run.executable(outcome.chosen)
+
+
+def _crash_path(cfg: TuneConfig, text: str) -> Path:
+    """The program's crash journal (``tune_bench.Bench``), named by its HLO."""
+    crashes = cfg.crash_dir or default_crash_dir()
+    return crashes / f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.journal"
 
 
 def _choose(
-    state: RunState, run: Rounds, client: CostModelClient | None
-) -> tuple[Candidate | None, int, float]:
-    """The run's choice (None: the default), the default's runtime and the
-    controls' noise: the fleet's decision when it holds here (``check_known``),
+    scope: Scope,
+    prepared: Prepared,
+    known_row: int | None,
+    run: Rounds,
+    client: CostModelClient | None,
+) -> Outcome:
+    """The run's choice: the fleet's decision when it holds here (``check_known``),
     else the rounds played (``_play``), decided and the finalist confirmed."""
-    chosen = check_known(state, run, run.log)
-    if state.reused:
-        default_ns = run.bench.measure([])[1]
-        if chosen is not None and chosen.final_default_ns is not None:
-            default_ns = chosen.final_default_ns  # from the verifying pairs
-        return chosen, default_ns, run.bench.noise
-    _play(state, run, client, run.rows, run.cfg)
+    checked = check_known(prepared.known, known_row, scope.compiler, run)
+    if checked.note:
+        run.notes.append(checked.note)
+    if checked.reused:
+        return _reused(checked, run)
+    played = _play(scope, prepared, run, client)
     chosen, default_ns, noise = run.decide()
-    if chosen is not None and not run.confirm(chosen):
-        return None, _default_ns(chosen, default_ns), noise
-    return chosen, default_ns, noise
+    kept = None if chosen is None else run.confirm(chosen)
+    if chosen is not None and kept is None:  # dropped: the fresh process's default
+        default_ns = _default_ns(run.confirmation, default_ns)
+    best_ns = default_ns
+    if kept is not None:
+        best_ns = kept.final_ns or default_ns
+        default_ns = kept.final_default_ns or default_ns  # the fresh process's
+    return Outcome(
+        chosen=kept,
+        default_ns=default_ns,
+        best_ns=best_ns,
+        noise=noise,
+        checked=checked,
+        played=played,
+    )
 
 
-def _default_ns(dropped: Candidate, default_ns: int) -> int:
+def _reused(checked: Checked, run: Rounds) -> Outcome:
+    """The fleet's decision held: the default measured once more, unless the
+    verifying pairs timed it."""
+    default_ns = run.bench.measure([])[1]
+    chosen = checked.chosen
+    best_ns = default_ns if chosen is None else chosen.final_ns or default_ns
+    if chosen is not None and chosen.final_default_ns is not None:
+        default_ns = chosen.final_default_ns  # from the verifying pairs
+    return Outcome(
+        chosen=chosen,
+        default_ns=default_ns,
+        best_ns=best_ns,
+        noise=run.bench.noise,
+        checked=checked,
+        played=Played(),
+    )
+
+
+def _default_ns(c: Confirmation | None, default_ns: int) -> int:
     """The default's runtime once a finalist is dropped: the fresh process's median
     of it when that measured, else the tuning run's."""
-    c = dropped.confirmation
     if c is None or not c.pairs:
         return default_ns
     return int(np.median([d for d, _ in c.pairs]))
@@ -277,29 +285,23 @@ def _quiet(line: str) -> None:
 
 
 def _play(
-    state: RunState,
-    run: Rounds,
-    client: CostModelClient | None,
-    rows: Rows,
-    cfg: TuneConfig,
-) -> None:
+    scope: Scope, prepared: Prepared, run: Rounds, client: CostModelClient | None
+) -> Played:
     """The rounds of ``cfg.plan()``, less what checking a decision spent."""
+    cfg = scope.cfg
     # A decision checked first counts, compiled or not (so does any failed compile).
     left = cfg.budget - len(run.measured) - len(run.failed)
     if cfg.strategy == "random":
         picker: Picker = RandomPicker(np.random.default_rng([cfg.seed, 1]))
     elif client is None:
-        state.why = state.why or "no client given: kept the default"
-        return
-    elif state.graph is None:
-        return  # state.why says why
+        return Played(why="no client given: kept the default")
+    elif prepared.graph is None:
+        return Played()  # prepared.why says why
     else:
         session = client.session(
-            cfg.model, target=state.target, compiler=state.compiler
+            cfg.model, target=scope.target, compiler=scope.compiler
         )
-        picker = ModelPicker(session, state.graph, rows, cfg.deadline)
-    state.picker = picker
-    if left >= 1:
-        state.why = run.play(
-            picker, policy.plan(left, cfg.rounds and min(cfg.rounds, left))
-        )
+        picker = ModelPicker(session, prepared.graph, run.rows, cfg.deadline)
+    if left < 1:
+        return Played()
+    return run.play(picker, policy.plan(left, cfg.rounds and min(cfg.rounds, left)))

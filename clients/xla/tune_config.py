@@ -1,5 +1,6 @@
-"""What one ``tune`` run is configured with (``TuneConfig``), the types its parts
-share, and where its crash journals live."""
+"""What one ``tune`` run is configured with (``TuneConfig``, built once by its
+caller: ``costmodel tune``'s options, ``jit``'s ``tune_kwargs``), where its runtimes
+belong (``Scope``), the types its parts share, and where its crash journals live."""
 
 from __future__ import annotations
 
@@ -99,6 +100,16 @@ class TuneConfig:
     def plan(self) -> list[policy.Round]:
         """The rounds (``policy.plan``): the portfolio first, then the ranking."""
         return policy.plan(self.budget, self.rounds)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a run's runtimes belong: its configuration, the target they are sent
+    under (``cfg.target`` or this CPU's) and the compiler that measured them."""
+
+    cfg: TuneConfig
+    target: str
+    compiler: str
 
 
 def config_to_json(cfg: TuneConfig) -> dict[str, Any]:

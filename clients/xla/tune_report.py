@@ -1,21 +1,36 @@
-"""What a ``tune`` run knows and reports: its state beyond the rounds (``RunState``:
-the program as the service knows it, the fleet's decision, the picker) and the
-``TuneReport`` built from it and the rounds (``build_report``)."""
+"""What a ``tune`` run reports: the ``TuneReport`` (typed entries: ``Measured``,
+``Failed``, ``RoundSummary``, ``Verified``, ``Load``), built from the frozen results
+of its steps (``build_report``). ``TuneReport.to_json`` is ``costmodel tune
+--json``'s object: its keys and values are a contract (docs/reference.md)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from xla_costmodel.clients.payloads import PreparedGraph
-from xla_costmodel.clients.wire import BestKnown, Refuted
-from xla_costmodel.clients.xla import reuse
-from xla_costmodel.clients.xla.pickers import Picker
-from xla_costmodel.clients.xla.tune_config import Options, Rows, TuneConfig
-from xla_costmodel.clients.xla.tune_rounds import Candidate, Rounds
+from xla_costmodel.clients.wire import Refuted
+from xla_costmodel.clients.xla.confirm import Confirmation
+from xla_costmodel.clients.xla.tune_config import Options, Rows, Scope, TuneConfig
+from xla_costmodel.clients.xla.tune_fleet import Outcome, Prepared, Told, Verified
+from xla_costmodel.clients.xla.tune_rounds import (
+    Candidate,
+    Failed,
+    Rounds,
+    RoundSummary,
+)
 from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.paired import summarize
+
+__all__ = [
+    "Failed",
+    "Load",
+    "Measured",
+    "RoundSummary",
+    "TuneReport",
+    "Verified",
+    "build_report",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,133 +48,149 @@ class Load:
     confirm_load: tuple[float, float] | None = None
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """One config measured in the rounds: its runtime (``ms``), that over the
+    default's in the same measurement (``vs_default``) and its round (0: the
+    fleet's decision, checked first); for a finalist, its median in the final pairs
+    (``final_ms``) and their verdict. ``to_json`` leaves out what is None."""
+
+    compiler_options: Options
+    ms: float
+    vs_default: float
+    round: int
+    final_ms: float | None = None
+    final_speedup: float | None = None
+    p_value: float | None = None
+
+    @classmethod
+    def of(cls, m: Candidate, rows: Rows) -> Measured:
+        return cls(
+            compiler_options=xla_cpu.to_options(rows[m.row]),
+            ms=m.ns / 1e6,
+            vs_default=m.vs_default,
+            round=m.round,
+            final_ms=None if m.final_ns is None else m.final_ns / 1e6,
+            final_speedup=None if m.verdict is None else m.verdict.speedup,
+            p_value=None if m.verdict is None else m.verdict.p_value,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
 class TuneReport:
     """What ``tune`` measured and chose; ``to_json()`` is a JSON-ready dict.
 
     ``speedup``: the median over the fresh process's pairs of default / chosen
     (``tpugraphs.paired.summarize`` of the pairs the decision sends; 1.0 when the
     default stays); ``default_ms`` and ``best_ms`` their medians. ``confirmed``:
-    that fresh process's measurement (``confirm.Confirmation.to_json``; also when
-    the finalist did not hold), ``config`` the chosen row, ``load`` what the run
-    saw. ``measured``: one ``{"compiler_options", "ms", "vs_default",
-    "round"}`` per config measured in the rounds (``vs_default``: its runtime / the
-    default's in the same measurement), plus ``final_ms`` for those measured again to
-    choose; ``failed``: ``{"compiler_options", "error"}`` per config that did not
-    compile. ``rounds``: per round, configs picked and measured, ``adapted`` (the
-    service's answer: measurements of this graph that shaped its ranking; None when
-    not asked), ``feedback_stored``, the default's ms and the controls' noise.
+    that fresh process's measurement (also when the finalist did not hold),
+    ``config`` the chosen row, ``load`` what the run saw. ``measured``: each config
+    measured (``Measured``); ``failed``: each that did not compile (``Failed``).
+    ``rounds``: per round, configs picked and measured, ``adapted`` (the service's
+    answer: measurements of this graph that shaped its ranking; None when not
+    asked), ``feedback_stored``, the default's ms and the controls' noise
+    (``RoundSummary``).
     """
 
     default_ms: float
     best_ms: float
     speedup: float
     compiler_options: Options
-    measured: list[dict[str, Any]]
-    failed: list[dict[str, Any]]
+    measured: tuple[Measured, ...]
+    failed: tuple[Failed, ...]
     strategy: str
     budget: int
     candidates: int
     seed: int
     noise: float  # the controls' worst disagreement over the run (informational)
-    rounds: list[dict[str, Any]]
+    rounds: tuple[RoundSummary, ...]
     target: str
     model: str
     model_version: str | None
     service_answered: bool  # the service ranked at least once
     reason: str  # why these options (or why the default)
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
     seconds: float = 0.0
     # The fleet's decision: ``reused`` when a fresh one held (only it was compiled;
     # nothing when it is the default), ``verified`` the check of a decision found
     # (None: none found, or the default), ``compiler`` what this run measured with.
     reused: bool = False
     compiler: str = "unknown"
-    verified: dict[str, Any] | None = None
+    verified: Verified | None = None
     graph_id: str | None = None
     decision_stored: bool | None = None  # None: not sent (random, no service)
     pairs: int = 0  # interleaved pairs the decisions spent (decide.Sequential)
-    config: list[float] | None = None  # the chosen row (None: the default)
-    confirmed: dict[str, Any] | None = None
+    config: tuple[float, ...] | None = None  # the chosen row (None: the default)
+    confirmed: Confirmation | None = None
     load: Load | None = None
-    refuted: dict[str, Any] | None = None  # the fleet's decision this run refuted
+    refuted: Refuted | None = None  # the fleet's decision this run refuted
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class RunState:
-    """One run's state beyond the rounds: the program as the service knows it, the
-    fleet's decision for it and what checking that decision showed."""
-
-    cfg: TuneConfig
-    target: str
-    compiler: str
-    graph: PreparedGraph | None = None  # featurized for the service (model only)
-    program: reuse.Program | None = None
-    known: BestKnown | None = None  # the fleet's decision, if any
-    known_row: int | None = None  # its row among the candidates
-    verified: dict[str, Any] | None = None  # the decision's check, pair by pair
-    reused: bool = False
-    why: str = ""  # why the default stays without rounds (no service, ...)
-    picker: Picker | None = None
-    decision_stored: bool | None = None  # None: not sent
-    refuted: Refuted | None = None  # the fleet's decision, shown wrong here
-    ignored: str = ""  # why the fleet's decision was not even tried
-
-    @property
-    def model_version(self) -> str | None:
-        return None if self.picker is None else self.picker.model_version
-
-    @property
-    def answered(self) -> bool:
-        return self.picker is not None and self.picker.answered
+        """Every field, in order; entries as dicts, sequences as lists."""
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
+        body.update(
+            compiler_options=dict(self.compiler_options),
+            measured=[m.to_json() for m in self.measured],
+            failed=[asdict(f) for f in self.failed],
+            rounds=[r.to_json() for r in self.rounds],
+            notes=list(self.notes),
+            verified=None if self.verified is None else asdict(self.verified),
+            config=None if self.config is None else list(self.config),
+            confirmed=None if self.confirmed is None else self.confirmed.to_json(),
+            load=None if self.load is None else asdict(self.load),
+            refuted=None if self.refuted is None else self.refuted.to_json(),
+        )
+        return body
 
 
 def build_report(
-    state: RunState,
+    scope: Scope,
+    prepared: Prepared,
     run: Rounds,
-    chosen: Candidate | None,
-    ns: tuple[int, int],
+    outcome: Outcome,
+    told: Told,
     load: Load,
     started: float,
 ) -> TuneReport:
-    """The run's report: ``ns`` the default's and the chosen options' runtimes,
-    ``load`` what the run saw, ``started`` its start (``time.monotonic``)."""
-    default_ns, best_ns = ns
-    cfg, rows = state.cfg, run.rows
+    """The run's report from its steps' results: ``load`` what the run saw,
+    ``started`` its start (``time.monotonic``)."""
+    cfg, rows, chosen = scope.cfg, run.rows, outcome.chosen
+    checked, played = outcome.checked, outcome.played
     pairs = () if chosen is None else chosen.pairs
+    why = prepared.why or checked.why or played.why  # at most one says anything
     return TuneReport(
-        default_ms=default_ns / 1e6,
-        best_ms=best_ns / 1e6,
+        default_ms=outcome.default_ns / 1e6,
+        best_ms=outcome.best_ns / 1e6,
         speedup=summarize(pairs).speedup if pairs else 1.0,
         compiler_options={} if chosen is None else xla_cpu.to_options(rows[chosen.row]),
-        measured=[_entry(m, rows) for m in run.measured],
-        failed=run.failed,
+        measured=tuple(Measured.of(m, rows) for m in run.measured),
+        failed=tuple(run.failed),
         strategy=cfg.strategy,
         budget=cfg.budget,
         candidates=cfg.candidates,
         seed=cfg.seed,
         noise=load.noise,
-        rounds=[r.to_json() for r in run.rounds],
-        target=state.target,
+        rounds=played.rounds,
+        target=scope.target,
         model=cfg.model,
-        model_version=state.model_version,
-        service_answered=state.answered,
-        reason=state.why or _reason(chosen, run.measured, cfg),
-        notes=run.notes,
+        model_version=played.model_version,
+        service_answered=played.answered,
+        reason=why or _reason(chosen, run.measured, cfg),
+        notes=(*run.notes, *([told.note] if told.note else [])),
         seconds=time.monotonic() - started,
-        reused=state.reused,
-        compiler=state.compiler,
-        verified=state.verified,
-        graph_id=None if state.program is None else state.program.graph_id,
-        decision_stored=state.decision_stored,
+        reused=checked.reused,
+        compiler=scope.compiler,
+        verified=checked.verified,
+        graph_id=None if prepared.program is None else prepared.program.graph_id,
+        decision_stored=told.stored,
         pairs=run.pairs,
-        config=None if chosen is None else [float(v) for v in rows[chosen.row]],
-        confirmed=None if run.confirmation is None else run.confirmation.to_json(),
+        config=None if chosen is None else tuple(float(v) for v in rows[chosen.row]),
+        confirmed=run.confirmation,
         load=load,
-        refuted=None if state.refuted is None else state.refuted.to_json(),
+        refuted=checked.refuted,
     )
 
 
@@ -183,18 +214,3 @@ def _reason(
         f"no config was faster than the default ({rule}; then in a fresh "
         "process): kept the default"
     )
-
-
-def _entry(m: Candidate, rows: Rows) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "compiler_options": xla_cpu.to_options(rows[m.row]),
-        "ms": m.ns / 1e6,
-        "vs_default": m.vs_default,
-        "round": m.round,
-    }
-    if m.final_ns is not None:
-        entry["final_ms"] = m.final_ns / 1e6
-    if m.verdict is not None:
-        entry["final_speedup"] = m.verdict.speedup
-        entry["p_value"] = m.verdict.p_value
-    return entry

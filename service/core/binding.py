@@ -1,11 +1,11 @@
 """The addresses this process actually listens on: what ``COSTMODEL_FEEDBACK_AUTH=auto``
 decides from, not the configured host (uvicorn's own ``--host``, a Gunicorn bind, an
-``--fd`` handed over by a supervisor all bypass ``Settings.host``).
+``--fd`` handed over by a supervisor all bypass ``COSTMODEL_HOST``).
 
     listening(port) -> tuple[str, ...]   the addresses of this process's listening
                                          TCP sockets on ``port``; () when unknown
     loopback_only(addresses) -> bool     every one reaches this machine only
-    is_loopback(host) -> bool            127/8, ::1, ``localhost``
+                                         (``service/loopback.py``'s ``is_loopback``)
 
 Read from the process's own file descriptors (``/proc/self/fd``, ``/dev/fd``): a
 uvicorn worker inherits its parent's listening socket, so it sees it too. Anything
@@ -15,9 +15,10 @@ nothing, and ``auto`` then requires tokens.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
+
+from xla_costmodel.service.loopback import is_loopback
 
 _FD_DIRS = ("/proc/self/fd", "/dev/fd")
 _INET = (socket.AF_INET, socket.AF_INET6)
@@ -33,16 +34,6 @@ def listening(port: int) -> tuple[str, ...]:
         found = (_listener(int(n)) for n in names if n.isdigit())
         return tuple(host for host, bound in filter(None, found) if bound == port)
     return ()
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address reaches this machine only (``localhost``, 127/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
 
 
 def loopback_only(addresses: tuple[str, ...]) -> bool:

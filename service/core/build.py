@@ -7,7 +7,9 @@ The lifespan opens Redis, the database and the model registry; ``build_core`` ma
 the rest on them and hands each component its own collector of ``metrics``
 (``CoreMetrics``: ``xla_costmodel.service.metrics.Metrics`` implements it, so the
 core never imports prometheus_client). Nothing here runs I/O or starts a task: the
-lifespan runs ``Core.loops`` (the periodic refreshes) in its task group.
+lifespan runs ``Core.bus.listen`` (other processes' events) and ``Core.loops`` (the
+periodic refreshes) in its task group. ``build_core`` also wires who hears which
+writes: the bus's subscribers (``events.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from xla_costmodel.service.core.clients import ClientIds
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.decision_cache import DecisionCache
 from xla_costmodel.service.core.decisions import DecisionEvents, DecisionRecorder
+from xla_costmodel.service.core.event_bus import BusEvents, Channel, EventBus
 from xla_costmodel.service.core.feedback import FeedbackEvents, FeedbackRecorder
 from xla_costmodel.service.core.feedback_scorer import FeedbackScorer
 from xla_costmodel.service.core.feedback_store import FeedbackStore
@@ -45,11 +48,31 @@ from xla_costmodel.service.core.shaping import ShapeEvents, Shaper
 from xla_costmodel.service.settings import Settings
 from xla_costmodel.service.store import Quota
 
+# Former settings (docs/settings.md), now constants of the components they size.
+# Configs x configurable nodes scored per ONNX run: small enough that the layout
+# scorer's per-row intermediates stay in cache and the onnxruntime arena stays small
+# (1,001 nlp configs cost ~20% less server CPU than at 262,144, bench/README.md;
+# 8,192-65,536 measured the same).
+SCORE_CHUNK_ROWS = 32_768
+# With Redis, rank batches up to this size are remembered there too, so feedback by
+# index reaches any worker or replica (a Redis SET per rank, in the background).
+SHARED_RANKING_BYTES = 8 << 20
+IDEMPOTENCY_RETENTION_S = 7 * 24 * 3600  # feedback Idempotency-Keys, then forgotten
+# The per-writer quota's window, and the compressed graph bytes a writer's feedback
+# may archive in it, beside COSTMODEL_FEEDBACK_QUOTA_ROWS measurements.
+QUOTA_WINDOW_S = 3600
+QUOTA_GRAPH_BYTES = 1 << 30
+
 
 class StoreEvents(Protocol):
     """What components with only failures to report report (auth, fleet, retention)."""
 
     def store_error(self, op: str) -> None: ...
+
+
+class NotifyEvents(GenerationEvents, BusEvents, Protocol):
+    """What the generations and the event bus report: one collector (the bus's
+    metrics kept their names from when generations owned the subscription)."""
 
 
 class CoreMetrics(Protocol):
@@ -58,7 +81,7 @@ class CoreMetrics(Protocol):
     @property
     def cache(self) -> ArchiveEvents: ...
     @property
-    def generations(self) -> GenerationEvents: ...
+    def generations(self) -> NotifyEvents: ...
     @property
     def stages(self) -> StageEvents: ...
     @property
@@ -97,27 +120,15 @@ class Core:
     clients: ClientIds
     fleet: FleetGain
     knowledge: TargetKnowledge
-    generations: Generations
+    bus: EventBus  # the lifespan runs its listener
     cache: EmbeddingCache
     recent: RecentRankings
     loops: tuple[Periodic, ...]  # the lifespan runs them
 
     async def aclose(self) -> None:
         """Close what the core holds, before the lifespan closes Redis under it."""
-        await self.generations.aclose()  # its subscriber reads Redis
         await self.recent.aclose()  # remembered rankings on their way to Redis
         await self.cache.aclose()
-
-
-def _limits(settings: Settings) -> Limits:
-    return Limits(
-        settings.max_nodes,
-        settings.max_edges,
-        settings.max_configs,
-        settings.max_hlo_bytes,
-        settings.max_hlo_instructions,
-        settings.max_scored_bytes,
-    )
 
 
 def build_core(
@@ -129,46 +140,43 @@ def build_core(
     alone: bool,
 ) -> Core:
     """Every component on the open resources; ``alone``: this process is the
-    database's only writer (``generations.is_alone``)."""
-    generations = Generations(
-        None if redis is None else redis.client,
-        metrics.generations,
-        freshness_s=settings.freshness_s,
-        alone=alone,
-        seal=None if redis is None else redis.seal,
-    )
+    database's only writer (``event_bus.is_alone``)."""
+    bus = _bus(settings, metrics, redis, alone)
+    generations = Generations(bus.trust_s, metrics.generations)
+    decision_cache = DecisionCache(bus.trust_s)
     pool = InferencePool(
-        metrics.stages, settings.inference_workers, settings.score_chunk_rows
+        metrics.stages, settings.scoring.inference_workers, SCORE_CHUNK_ROWS
     )
-    limits = _limits(settings)
+    limits = Limits(**settings.limits.model_dump())
     cache, graphs = _graphs(settings, metrics, redis, db, limits, pool)
     knowledge = TargetKnowledge(db, generations, metrics.knowledge, graphs)
+    # Each subscriber acts on the events that concern it (``events.py``).
+    for subscriber in (generations.heard, decision_cache.heard, knowledge.heard):
+        bus.subscribe(subscriber)
     recent = _recent(settings, metrics, redis)
     adaptation = _adaptation(metrics, db, generations)
     shaper = Shaper(adaptation, knowledge, pool, metrics.shaping)
     fleet = FleetGain(db, metrics.stores)
-    metrics.watch_fleet(lambda: fleet.snapshot, settings.fleet_max_targets)
+    metrics.watch_fleet(lambda: fleet.snapshot, settings.developer.fleet_max_targets)
     metrics.watch_ready(lambda: registry.ready)
     feedback = FeedbackRecorder(
         registry,
         FeedbackScorer(graphs, pool, recent, limits),
-        FeedbackStore(
-            db, graphs.archive, generations, metrics.feedback, _quota(settings)
-        ),
+        FeedbackStore(db, graphs.archive, bus, metrics.feedback, _quota(settings)),
         metrics.feedback,
     )
     return Core(
         ranker=Ranker(registry, graphs, pool, shaper, recent, limits),
         feedback=feedback,
         decisions=DecisionRecorder(
-            registry, db, generations, limits, metrics.decisions, _quota(settings)
+            registry, db, bus, limits, metrics.decisions, _quota(settings)
         ),
-        best=BestLookup(registry, db, DecisionCache(generations), metrics.best),
-        feedback_auth=FeedbackAuth(db, settings.feedback_auth, metrics.stores),
+        best=BestLookup(registry, db, decision_cache, metrics.best),
+        feedback_auth=FeedbackAuth(db, settings.feedback.feedback_auth, metrics.stores),
         clients=ClientIds(db),
         fleet=fleet,
         knowledge=knowledge,
-        generations=generations,
+        bus=bus,
         cache=cache,
         recent=recent,
         loops=_loops(settings, metrics, db, knowledge, fleet),
@@ -184,7 +192,7 @@ def _graphs(
     pool: InferencePool,
 ) -> tuple[EmbeddingCache, Graphs]:
     """The embedding cache, and the graphs (archived, described, embedded) over it."""
-    memory = embedding_memory(settings.memory_cache_bytes)
+    memory = embedding_memory(settings.caches.memory_cache_bytes)
     metrics.watch_memory(lambda: memory.used, lambda: len(memory))
     cache = EmbeddingCache(memory, redis, metrics.cache)
     archive = GraphArchive(db, metrics.cache, redis)
@@ -193,15 +201,25 @@ def _graphs(
     return cache, graphs
 
 
+def _bus(
+    settings: Settings, metrics: CoreMetrics, redis: RedisStore | None, alone: bool
+) -> EventBus:
+    """The event bus, over Redis's pub/sub when there is Redis (sealed as its values)."""
+    channel = None if redis is None else Channel(redis=redis.client, seal=redis.seal)
+    freshness_s = settings.developer.freshness_s
+    return EventBus(channel, metrics.generations, freshness_s=freshness_s, alone=alone)
+
+
 def _recent(
     settings: Settings, metrics: CoreMetrics, redis: RedisStore | None
 ) -> RecentRankings:
+    caches = settings.caches
     return RecentRankings(
-        settings.recent_rankings_bytes,
-        redis if settings.shared_ranking_bytes else None,
+        caches.recent_rankings_bytes,
+        redis,
         metrics.cache,
-        settings.shared_ranking_bytes,
-        settings.recent_client_bytes,
+        shared_bytes=SHARED_RANKING_BYTES,
+        client_bytes=caches.recent_client_bytes,
     )
 
 
@@ -212,13 +230,11 @@ def _adaptation(
 
 
 def _quota(settings: Settings) -> Quota | None:
-    """The per-writer feedback quota; None when both bounds are 0 (off)."""
-    quota = Quota(
-        settings.feedback_quota_rows,
-        settings.feedback_quota_window_s,
-        settings.feedback_quota_graph_bytes,
-    )
-    return quota if quota.rows or quota.graph_bytes else None
+    """The per-writer feedback quota; None when its rows are 0 (off, both bounds)."""
+    rows = settings.feedback.feedback_quota_rows
+    if not rows:
+        return None
+    return Quota(rows=rows, window_s=QUOTA_WINDOW_S, graph_bytes=QUOTA_GRAPH_BYTES)
 
 
 def _loops(
@@ -230,11 +246,14 @@ def _loops(
 ) -> tuple[Periodic, ...]:
     """The periodic refreshes: target knowledge, the fleet summary, retention."""
     retention = Retention(
-        db, settings.graph_retention_s, settings.idempotency_retention_s, metrics.stores
+        db,
+        settings.feedback.graph_retention_s,
+        IDEMPOTENCY_RETENTION_S,
+        metrics.stores,
     )
-    sweeper = retention.sweeper(settings.retention_sweep_s)
+    sweeper = retention.sweeper(settings.developer.retention_sweep_s)
     return (
-        knowledge.refresher(settings.knowledge_refresh_s),
-        fleet.refresher(settings.fleet_refresh_s),  # off the request path
+        knowledge.refresher(settings.refresh.knowledge_refresh_s),
+        fleet.refresher(settings.refresh.fleet_refresh_s),  # off the request path
         *([] if sweeper is None else [sweeper]),
     )

@@ -1,25 +1,27 @@
 """Each program's servable decisions, per process: no database query per lookup.
 
-    cache = DecisionCache(generations)
+    cache = DecisionCache(bus.trust_s)
+    bus.subscribe(cache.heard)                                   build_core
     await cache.decisions(DecisionKey.graph(collection, target, graph_id), read)
     await cache.decisions(DecisionKey.fingerprint(collection, target, fp), read)
                                          cached while trusted, else ``await read()``
 
 Two kinds of entry: a graph's decisions, and the decisions stored with one HLO
 fingerprint on a target (whatever graphs they name: ``best.py`` pools them).
-Entries follow the measurement generations (``generations.py``): storing a decision
-is a ``Generations.wrote`` of its graph, which drops the graph's entry and every
-fingerprint entry of its target (a decision of any graph may name the fingerprint)
-at once in the writing process and, through the Redis notification, in every other
-one (``on_key_change``); an entry is trusted no longer than ``Generations.trust_s``
-(``COSTMODEL_FRESHNESS_S`` while no subscription is live and other processes share
-the database). A read that began before an invalidation of its key is returned but
+Entries follow the events (``events.py``): a ``DecisionsWritten`` drops its graph's
+entry and every fingerprint entry of its target (a decision of any graph may name
+the fingerprint, and the one it replaced may have named another) at once in the
+writing process and, through Redis, in every other one; an entry is trusted no
+longer than ``EventBus.trust_s`` (``COSTMODEL_FRESHNESS_S`` while no subscription is
+live and other processes share the database). What is served depends on the
+decisions and their writers only, not on measurements: ``MeasurementsWritten``
+drops nothing. A read that began before an invalidation of its key is returned but
 not cached: it may predate the write (``trusted.py``, as for the generations).
 
 Revoking or purging a writer is no graph's write: ``costmodel tokens revoke`` and
-``measurements purge`` announce it through Redis (``generations.announce``), which
-clears every entry in every subscribed process at once (``on_key_change`` with
-None), fingerprint answers included: the honest decision is served again at once.
+``measurements purge`` announce it through Redis (``event_bus.announce``), and its
+``WritersChanged`` clears every entry in every listening process at once,
+fingerprint answers included: the honest decision is served again at once.
 Unannounced (the tool not given the service's Redis), its decisions leave the
 answers when the entry is next read, at most ``trust_s`` later (60 s).
 
@@ -34,7 +36,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, NamedTuple
 
-from xla_costmodel.service.core.generations import GenerationKey, Generations
+from xla_costmodel.service.core.events import (
+    DecisionsWritten,
+    Event,
+    Missed,
+    Source,
+    WritersChanged,
+)
 from xla_costmodel.service.core.trusted import TrustedCache
 from xla_costmodel.service.store import StoredDecision
 
@@ -82,15 +90,14 @@ def weigh(decisions: Decisions) -> int:
 class DecisionCache:
     def __init__(
         self,
-        generations: Generations,
+        trust_s: Callable[[], float],
         capacity_bytes: int = CACHE_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.generations = generations
+        """``trust_s``: how long an entry read now is trusted (``EventBus.trust_s``)."""
         self._cache: TrustedCache[DecisionKey, Decisions] = TrustedCache(
-            capacity_bytes, generations.trust_s, clock, weigh
+            capacity_bytes, trust_s, clock, weigh
         )
-        generations.on_key_change(self._changed)
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -113,13 +120,12 @@ class DecisionCache:
         value, _ = await self._cache.get(key, rows)
         return value
 
-    def _changed(self, key: GenerationKey | None) -> None:
-        """A write this process learned of (None: anything may have changed)."""
-        if key is None:
-            self._cache.clear()
-        elif key.graph_id is not None:  # a target's: the graph's own comes with it
-            self._cache.invalidate(
-                DecisionKey.graph(key.collection, key.target, key.graph_id)
-            )
-            where = (key.collection, key.target, "fingerprint")
-            self._cache.invalidate_where(lambda k: k[:3] == where)
+    def heard(self, event: Event, source: Source) -> None:
+        """An event (``EventBus.subscribe``): drop the entries it changed."""
+        match event:
+            case DecisionsWritten(collection, target, gid):
+                self._cache.invalidate(DecisionKey.graph(collection, target, gid))
+                where = (collection, target, "fingerprint")
+                self._cache.invalidate_where(lambda k: k[:3] == where)
+            case WritersChanged() | Missed():
+                self._cache.clear()

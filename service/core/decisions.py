@@ -19,10 +19,12 @@ service derives everything else (docs/reuse.md, "What the fleet applies"):
 
 A decision and its rows count against the writer's quota (429); it replaces the
 writer's older decision of the same program and compiler. It is acknowledged once
-committed; then ``Generations.wrote`` drops the graph's cached decisions (and the
-target's fingerprint answers) in every process (``decision_cache.py``). With an
-``Idempotency-Key`` a resend is stored once and answered as before (``stored:
-false``).
+committed; then every process hears ``DecisionsWritten`` (``events.py``), which
+drops the graph's cached decisions and the target's fingerprint answers
+(``decision_cache.py``), and, when it brought pairs, ``MeasurementsWritten``: a kept
+default or a refutation without pairs changes no measurement, so it drops no
+measurement generation and wakes no refit. With an ``Idempotency-Key`` a resend is
+stored once and answered as before (``stored: false``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,12 @@ from xla_costmodel.service.core.errors import (
     InvalidRequest,
     QuotaExceeded,
 )
-from xla_costmodel.service.core.generations import Generations
+from xla_costmodel.service.core.event_bus import EventBus
+from xla_costmodel.service.core.events import (
+    DecisionsWritten,
+    Event,
+    MeasurementsWritten,
+)
 from xla_costmodel.service.core.inputs import Limits
 from xla_costmodel.service.core.registry import ModelRegistry
 from xla_costmodel.service.store import (
@@ -159,14 +166,14 @@ class DecisionRecorder:
         self,
         registry: ModelRegistry,
         db: Database,
-        generations: Generations,
+        bus: EventBus,
         limits: Limits,
         events: DecisionEvents,
         quota: Quota | None = None,
     ) -> None:
         self.registry = registry
         self.db = db
-        self.generations = generations
+        self.bus = bus
         self.limits = limits
         self.events = events
         self.quota = quota  # per writer, as feedback's (anonymous: none)
@@ -287,10 +294,8 @@ class DecisionRecorder:
                 "decision not stored: the measurement database is unavailable; "
                 "retry later"
             ) from None
-        if not added.duplicate:  # every process's cached decisions of the graph go
-            await self.generations.wrote(
-                record.collection, record.target, record.graph_id
-            )
+        if not added.duplicate:  # every process's caches hear what it changed
+            await self.bus.publish(*_written(record))
         return added
 
 
@@ -327,6 +332,15 @@ def _answer(
         p_value=figures.p_value if measured else None,
         pairs=figures.pairs,
     )
+
+
+def _written(record: DecisionRecord) -> tuple[Event, ...]:
+    """What storing ``record`` changed: its decisions, and its graph's measurements
+    when it brought pairs (stored in the same transaction)."""
+    where = (record.collection, record.target, record.graph_id)
+    if record.measurements is None:
+        return (DecisionsWritten(*where),)
+    return MeasurementsWritten(*where), DecisionsWritten(*where)
 
 
 def _measurements(

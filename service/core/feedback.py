@@ -1,6 +1,7 @@
 """Measured runtimes fed back by autotuners: checked, scored, stored in the database.
 
-    FeedbackRecorder.record(req)   validate, score with the model, store, count quality
+    FeedbackRecorder.record(req) -> FeedbackResult
+                                   validate, score with the model, store, count quality
     measure(scores, runtimes)      Kendall tau-b and top-1 slowdown (``xla_costmodel.tpugraphs.metrics``)
     OnlineQuality                  running means per (model, version) since start
 
@@ -22,7 +23,7 @@ durable on SQLite and PostgreSQL). Anything that keeps it from the database is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 import anyio
@@ -50,27 +51,27 @@ class FeedbackEvents(Protocol):
     def store_error(self, op: str) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FeedbackRequest:
-    """Exactly one of ``graph_id`` and ``graph`` (the decoder checks: ``one_graph``)."""
+    """One feedback request, built by keyword once (the route) with who sent it and
+    its idempotency key. Exactly one of ``graph_id`` and ``graph`` (the decoder
+    checks: ``one_graph``); exactly one of ``configs`` and ``config_indices``, the
+    indices with their ``ranking_id`` (the recorder checks: ``_check_choice``)."""
 
     model: str
-    model_version: str | None
-    graph_id: str | None
-    configs: Any | None
-    config_indices: Sequence[int] | None
     runtimes_ns: Sequence[int]
-    request_id: str | None = None
+    model_version: str | None = None  # default: the version serving now
+    graph_id: str | None = None
     graph: RawGraph | HloText | None = None  # inline, for a graph not seen before
+    configs: Any | None = None  # an array of config rows
+    config_indices: Sequence[int] | None = None  # or indices into a rank answer
+    ranking_id: str | None = None  # the rank answer config_indices point into
     target: str | None = None  # default: the model's
+    compiler: str | None = None  # the build measured under (None: unknown)
+    request_id: str | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None  # of the request as sent, compared on a resend
-    ranking_id: str | None = None  # the rank answer config_indices point into
     writer: Writer | None = None  # authenticated (None: feedback auth off)
-    compiler: str | None = None  # the build measured under (None: unknown)
-
-    def keyed(self, key: str, request_hash: str) -> FeedbackRequest:
-        return replace(self, idempotency_key=key, request_hash=request_hash)
 
 
 def _check_choice(req: FeedbackRequest) -> None:
@@ -105,27 +106,30 @@ class Quality:
     top1_slowdown: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FeedbackResult:
+    """The answer, field for field (``FeedbackOut``), and whether it is a resend's."""
+
     stored: int
     model: str
     model_version: str
     graph_id: str
     target: str
-    quality: Quality
+    kendall_tau: float | None  # this request's quality (``measure``)
+    top1_slowdown: float | None
     replayed: bool = False  # a resend: the first answer, nothing stored again
 
     def to_json(self) -> dict[str, Any]:
+        """The answer as stored with the idempotency key."""
         body = asdict(self)
         body.pop("replayed")
-        body.update(body.pop("quality"))
         return body
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> FeedbackResult:
-        quality = Quality(body["kendall_tau"], body["top1_slowdown"])
-        fields = ("stored", "model", "model_version", "graph_id", "target")
-        return cls(**{k: body[k] for k in fields}, quality=quality, replayed=True)
+        """The stored answer, replayed."""
+        names = [f.name for f in fields(cls) if f.name != "replayed"]
+        return cls(**{k: body[k] for k in names}, replayed=True)
 
 
 def compact(configs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -199,10 +203,9 @@ class FeedbackRecorder:
         runner = self.registry.get(req.model, req.model_version)
         _check_choice(req)
         target = req.target or runner.manifest.target
-        writer = req.writer
-        _check_writer(writer, target)
+        _check_writer(req.writer, target)
         runtimes = self.scorer.runtimes(req.runtimes_ns)
-        await self.store.precheck(writer, len(runtimes))
+        await self.store.precheck(req.writer, len(runtimes))
         gid, configs, scores = await self._scored(runner, req)
         if len(configs) != len(runtimes):
             raise InvalidRequest(
@@ -210,24 +213,21 @@ class FeedbackRecorder:
             )
         quality = measure(scores, runtimes)
         result = FeedbackResult(
-            len(runtimes), runner.name, runner.version, gid, target, quality
-        )
-        batch = MeasurementBatch(
+            stored=len(runtimes),
             model=runner.name,
             model_version=runner.version,
-            collection=runner.collection,
-            target=target,
             graph_id=gid,
-            configs=compact(configs),
+            target=target,
+            kendall_tau=quality.kendall_tau,
+            top1_slowdown=quality.top1_slowdown,
+        )
+        batch = _batch(
+            req,
+            result,
+            collection=runner.collection,
+            configs=configs,
             runtimes_ns=runtimes,
             scores=scores,
-            request_id=req.request_id,
-            source="feedback",
-            idempotency_key=req.idempotency_key,
-            request_hash=req.request_hash,
-            response=result.to_json(),
-            writer=None if writer is None else writer.name,
-            compiler=req.compiler,
         )
         batch = await self.store.prepared(batch)  # the quota, the graph to archive
         with anyio.CancelScope(shield=True):  # once committed, always counted
@@ -253,3 +253,34 @@ class FeedbackRecorder:
                 runner, gid, req.config_indices or [], str(req.ranking_id)
             )
         return gid, configs, scores
+
+
+def _batch(
+    req: FeedbackRequest,
+    answer: FeedbackResult,
+    *,
+    collection: str,
+    configs: np.ndarray[Any, Any],
+    runtimes_ns: npt.NDArray[np.int64],
+    scores: npt.NDArray[np.float32],
+) -> MeasurementBatch:
+    """What the store writes for ``req``: the answer's model, graph and target, the
+    checked configs and runtimes with the model's scores, the request's origin (id,
+    idempotency key, writer, compiler), and the answer, replayed to a resend."""
+    return MeasurementBatch(
+        model=answer.model,
+        model_version=answer.model_version,
+        collection=collection,
+        target=answer.target,
+        graph_id=answer.graph_id,
+        configs=compact(configs),
+        runtimes_ns=runtimes_ns,
+        scores=scores,
+        request_id=req.request_id,
+        source="feedback",
+        idempotency_key=req.idempotency_key,
+        request_hash=req.request_hash,
+        response=answer.to_json(),
+        writer=None if req.writer is None else req.writer.name,
+        compiler=req.compiler,
+    )

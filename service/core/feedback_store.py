@@ -27,7 +27,8 @@ from xla_costmodel.service.core.errors import (
     IdempotencyConflict,
     QuotaExceeded,
 )
-from xla_costmodel.service.core.generations import Generations
+from xla_costmodel.service.core.event_bus import EventBus
+from xla_costmodel.service.core.events import MeasurementsWritten
 from xla_costmodel.service.core.graph_archive import GraphArchive
 from xla_costmodel.service.store import (
     AddResult,
@@ -51,20 +52,20 @@ class StoreErrors(Protocol):
 
 class FeedbackStore:
     """``db`` stores (writers' slots), ``archive`` knows which graphs it holds,
-    ``generations`` tells every process's caches (this one's at once) before the
+    ``bus`` tells every process's caches (this one's at once) before the
     answer goes; ``quota`` is per writer (anonymous feedback, auth off, has none)."""
 
     def __init__(
         self,
         db: Database,
         archive: GraphArchive,
-        generations: Generations,
+        bus: EventBus,
         events: StoreErrors,
         quota: Quota | None = None,
     ) -> None:
         self.db = db
         self.archive = archive
-        self.generations = generations
+        self.bus = bus
         self.events = events
         self.quota = quota
 
@@ -120,7 +121,8 @@ class FeedbackStore:
                 "retry later"
             ) from None
         self.archive.stored(batch.graph_id)
-        # Committed, not yet acknowledged: every process's caches hear of it
-        # (this one's at once; the knowledge refresher wakes through its listener).
-        await self.generations.wrote(batch.collection, batch.target, batch.graph_id)
+        # Committed, not yet acknowledged: every process's subscribers hear of it
+        # (this one's at once: its generations, its knowledge refresher).
+        written = MeasurementsWritten(batch.collection, batch.target, batch.graph_id)
+        await self.bus.publish(written)
         return added

@@ -29,16 +29,23 @@ SENT_GRAPH_KEYS = (*GRAPH_KEYS, "node_config_ids")
 # Inputs up to this size are decoded and checked on the event loop; larger ones
 # (by decoded size: a compressed npz of 1 MB may hold 100 MB) in a worker thread.
 INLINE_BYTES = 256 * 1024
+# Edges of one graph: 10 per node at the default max_nodes (a former setting,
+# COSTMODEL_MAX_EDGES; the body limits bound what a request sends as well).
+MAX_EDGES = 2_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limits:
+    """What one request may ask: built by keyword from the ``limits`` settings group
+    (``Limits(**settings.limits.model_dump())``), the same names."""
+
     max_nodes: int
-    max_edges: int
     max_configs: int
-    max_hlo_bytes: int = 16 << 20  # characters of HLO text
-    max_hlo_instructions: int = 200_000
-    max_scored_bytes: int = 256 << 20  # the float32 copy of one request's configs
+    max_decoded_bytes: int  # an npz body, uncompressed (the decoders check it)
+    max_hlo_bytes: int  # characters of HLO text
+    max_hlo_instructions: int
+    max_scored_bytes: int  # the float32 copy of one request's configs
+    max_edges: int = MAX_EDGES
 
 
 @dataclass(frozen=True)

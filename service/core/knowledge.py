@@ -1,7 +1,8 @@
 """Target knowledge in the service: learned across every graph measured on a target.
 
     TargetKnowledge.get(runner, target) -> Knowledge | None     no I/O: for a rank
-    TargetKnowledge.touch()                     a write anywhere (generations' listener)
+    TargetKnowledge.heard(event, source)        an event (the bus's subscriber)
+    TargetKnowledge.touch()                     refresh now, not at the next tick
     TargetKnowledge.refresher(period_s) -> Periodic                the refresher
     await TargetKnowledge.refreshed()      once a refresh after every wake-up ended
 
@@ -13,27 +14,29 @@ of the artifact's other targets at reduced trust. Collections without a default
 config (tile, layout) have none.
 
 Only targets that exist are fitted and kept: the artifact's seeded ones, those a
-writer was created for, and those with stored measurements (learned from
-``generations``' change notices, or checked by the refresher for a target a rank
-named). A rank naming any other string gets the model's unseen-target view, built
-once per model version, and nothing is fitted or cached for it: invented targets
-cannot evict the real ones' knowledge. Each writer's rows are read in its own window
-of the newest ``MAX_ROWS`` and become its own records (one vote per writer,
-``tpugraphs/knowledge.py``), each with the compiler it was measured under; a
-record compares programs by the graph's opcode summary, which ``Graphs`` keeps
-(``GraphSummaries``).
+writer was created for, and those with stored measurements (learned from the
+``MeasurementsWritten`` events, ``events.py``, or checked by the refresher for a
+target a rank named). A rank naming any other string gets the model's
+unseen-target view, built once per model version, and nothing is fitted or cached
+for it: invented targets cannot evict the real ones' knowledge. Each writer's rows
+are read in its own window of the newest ``MAX_ROWS`` and become its own records
+(one vote per writer, ``tpugraphs/knowledge.py``), each with the compiler it was
+measured under; a record compares programs by the graph's opcode summary, which
+``Graphs`` keeps (``GraphSummaries``).
 
 Nothing here runs inside a rank: ``get`` reads what the refresher built last. The
 refresher, a task of the app's loop, wakes every ``period_s`` and at once when
-``generations`` hears of a write by any process (``touch``), asks ``generations``
-for each wanted target's generation (count, newest id: from memory while known
-fresh, else one indexed query per target, never per rank) and refits in a worker
-thread when it changed. So feedback stored through any replica shapes every
-replica's rankings within the notification bound plus one fit (``period_s`` plus
-one fit without a live notification channel; docs/feedback.md). Until a target was
-fitted once, ``get`` answers the seeds alone, built when the model loads.
-``refreshed`` waits for the refresh a write woke, not for a quiet period (a test
-that counts the rank path's statements must not count the refit's).
+the bus delivers an event that changes a fit (``heard``: measurements written by
+any process, writers changed, events missed; a decision without pairs wakes
+nothing), asks ``generations`` for each wanted target's generation (count, newest
+id: from memory while known fresh, else one indexed query per target, never per
+rank) and refits in a worker thread when it changed. So feedback stored through
+any replica shapes every replica's rankings within the notification bound plus
+one fit (``period_s`` plus one fit without a live notification channel;
+docs/feedback.md). Until a target was fitted once, ``get`` answers the seeds
+alone, built when the model loads. ``refreshed`` waits for the refresh a write
+woke, not for a quiet period (a test that counts the rank path's statements must
+not count the refit's).
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ import numpy.typing as npt
 
 from xla_costmodel.runner import ArtifactRunner
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.events import (
+    Event,
+    MeasurementsWritten,
+    Missed,
+    Source,
+    WritersChanged,
+)
 from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.periodic import Periodic
 from xla_costmodel.service.store import MeasurementStore, StoreError
@@ -118,7 +128,6 @@ class TargetKnowledge:
     ) -> None:
         self.db = db
         self.generations = generations
-        generations.on_change(self._changed)
         self.events = events
         self.graphs = graphs
         self._entries: dict[KnowledgeKey, Entry] = {}
@@ -166,7 +175,8 @@ class TargetKnowledge:
         return found
 
     def touch(self) -> None:
-        """This process stored measurements: refresh now, not at the next tick."""
+        """Refresh now, not at the next tick (an event that changes a fit, a target
+        first ranked)."""
         self._wakes += 1
         self._wake.set()
 
@@ -179,11 +189,15 @@ class TargetKnowledge:
         async with self._ended:
             await self._ended.wait_for(lambda: self._covered >= wanted)
 
-    def _changed(self, where: tuple[str, str] | None) -> None:
-        """``generations``' notice of a write: that target exists now; refresh."""
-        if where is not None:
-            self._known.add(where)
-        self.touch()
+    def heard(self, event: Event, source: Source) -> None:
+        """An event (``EventBus.subscribe``): refresh if it changes a fit; a target
+        measured exists now. A decision alone changes none."""
+        match event:
+            case MeasurementsWritten(collection, target, _):
+                self._known.add((collection, target))
+                self.touch()
+            case WritersChanged() | Missed():  # rows purged, targets changed
+                self.touch()
 
     def _exists(self, runner: ArtifactRunner, target: str) -> bool:
         seeds = self._seeds.get((runner.name, runner.version), {})

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from xla_costmodel.service.core.generations import ErrorOp, InvalidatedBy
+from xla_costmodel.service.core.event_bus import ErrorOp
+from xla_costmodel.service.core.generations import InvalidatedBy
 
 
 class StoreMetrics:
@@ -48,7 +49,7 @@ class StoreMetrics:
 
 
 class GenerationMetrics:
-    """``xla_costmodel.service.core.generations.GenerationEvents``."""
+    """``core.generations.GenerationEvents`` and ``core.event_bus.BusEvents``."""
 
     def __init__(self, r: CollectorRegistry, stores: StoreMetrics) -> None:
         self.stores = stores

@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from pydantic import ValidationError
 
 from xla_costmodel.service.body import read_body
-from xla_costmodel.service.codecs import JSON_MEDIA_TYPE, media_type, validation_error
 from xla_costmodel.service.core.best import BestQuery, Choice
 from xla_costmodel.service.core.decisions import DecisionRequest, Refutation
 from xla_costmodel.service.deps import (
@@ -18,12 +16,13 @@ from xla_costmodel.service.deps import (
     SettingsDep,
     WriterDep,
 )
-from xla_costmodel.service.errors import InvalidRequest, UnsupportedMediaType
+from xla_costmodel.service.errors import InvalidRequest
 from xla_costmodel.service.idempotency import (
     IDEMPOTENCY_KEY,
     REPLAYED_HEADER,
     check_idempotency_key,
 )
+from xla_costmodel.service.json_body import decode_json
 from xla_costmodel.service.logs import request_id
 from xla_costmodel.service.schemas import (
     COMPILER,
@@ -67,8 +66,8 @@ async def decide(
     """Store what a tuner kept for a program and the pairs that measured it
     (acknowledged once committed; docs/reuse.md)."""
     check_idempotency_key(idempotency_key)
-    body = await read_body(request, settings.max_body_bytes)
-    wire = _decode(body, request.headers.get("content-type"))
+    body = await read_body(request, settings.requests.max_body_bytes)
+    wire = decode_json(DecisionIn, body, request.headers.get("content-type"))
     request.state.model = wire.model
     digest = hashlib.sha256(body).hexdigest() if idempotency_key else None
     req = _decision_request(
@@ -134,18 +133,6 @@ async def best(
         anonymous=anonymous,
     )
     return _best_out(await lookup.best(query))
-
-
-def _decode(body: bytes, content_type: str | None) -> DecisionIn:
-    if media_type(content_type) != JSON_MEDIA_TYPE:
-        raise UnsupportedMediaType(
-            f"content type {content_type or '(none)'!r} is not {JSON_MEDIA_TYPE}",
-            "content-type",
-        )
-    try:
-        return DecisionIn.model_validate_json(body)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
 
 
 def _decision_request(

@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
+from functools import partial
 
 from fastapi import APIRouter, Header, Request, Response
-from pydantic import ValidationError
 
 from xla_costmodel.service.body import parse, read_body
-from xla_costmodel.service.codecs import (
-    JSON_MEDIA_TYPE,
-    json_rank_graph,
-    media_type,
-    validation_error,
-)
 from xla_costmodel.service.core.feedback import FeedbackRequest
 from xla_costmodel.service.core.inputs import config_array
 from xla_costmodel.service.deps import FeedbackDep, SettingsDep, WriterDep
-from xla_costmodel.service.errors import UnsupportedMediaType
 from xla_costmodel.service.idempotency import (
     IDEMPOTENCY_KEY,
     REPLAYED_HEADER,
     check_idempotency_key,
 )
+from xla_costmodel.service.json_body import decode_json, json_rank_graph
 from xla_costmodel.service.logs import request_id
 from xla_costmodel.service.schemas import (
     FeedbackIn,
@@ -31,6 +24,7 @@ from xla_costmodel.service.schemas import (
     error_responses,
     json_only_body,
 )
+from xla_costmodel.service.store import Writer
 
 router = APIRouter(prefix="/v1", tags=["feedback"])
 
@@ -62,51 +56,51 @@ async def feedback(
 ) -> FeedbackOut:
     """Store runtimes measured for configs of a graph (acknowledged once committed)."""
     check_idempotency_key(idempotency_key)
-    body = await read_body(request, settings.max_body_bytes)
-    content_type = request.headers.get("content-type")
-    req = await parse(_decode, body, content_type, request_id.get())
+    body = await read_body(request, settings.requests.max_body_bytes)
+    digest = hashlib.sha256(body).hexdigest() if idempotency_key else None
+    decode = partial(
+        _feedback_request,
+        request_id=request_id.get(),
+        idempotency_key=idempotency_key,
+        request_hash=digest,
+        writer=writer,
+    )
+    req = await parse(decode, body, request.headers.get("content-type"))
     request.state.model = req.model
-    if idempotency_key is not None:
-        digest = hashlib.sha256(body).hexdigest()
-        req = req.keyed(idempotency_key, digest)
-    req = replace(req, writer=writer)
     r = await recorder.record(req)
     if r.replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return FeedbackOut(
-        stored=r.stored,
-        model=r.model,
-        model_version=r.model_version,
-        graph_id=r.graph_id,
-        target=r.target,
-        kendall_tau=r.quality.kendall_tau,
-        top1_slowdown=r.quality.top1_slowdown,
-    )
+    return FeedbackOut.model_validate(r, from_attributes=True)
 
 
-def _decode(body: bytes, content_type: str | None, rid: str | None) -> FeedbackRequest:
-    if media_type(content_type) != JSON_MEDIA_TYPE:
-        raise UnsupportedMediaType(
-            f"content type {content_type or '(none)'!r} is not {JSON_MEDIA_TYPE}",
-            "content-type",
-        )
-    try:
-        req = FeedbackIn.model_validate_json(body)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
-    graph = json_rank_graph(req, len(body))
-    # Nested lists become an array here, off the loop when the body is large.
-    configs = None if req.configs is None else config_array(req.configs, "configs")
+def _feedback_request(
+    body: bytes,
+    content_type: str | None,
+    *,
+    request_id: str | None,
+    idempotency_key: str | None,
+    request_hash: str | None,
+    writer: Writer | None,
+) -> FeedbackRequest:
+    """The core's request from the validated body, by keyword, with who sent it
+    and its idempotency key. Off the loop when the body is large (``parse``): the
+    configs' nested lists become an array here."""
+    wire = decode_json(FeedbackIn, body, content_type)
+    graph = json_rank_graph(wire, len(body))
+    configs = None if wire.configs is None else config_array(wire.configs, "configs")
     return FeedbackRequest(
-        req.model,
-        req.model_version,
-        req.graph_id,
-        configs,
-        req.config_indices,
-        req.runtimes_ns,
-        rid,
-        graph,
-        req.target,
-        ranking_id=req.ranking_id,
-        compiler=req.compiler,
+        model=wire.model,
+        model_version=wire.model_version,
+        graph_id=wire.graph_id,
+        graph=graph,
+        configs=configs,
+        config_indices=wire.config_indices,
+        ranking_id=wire.ranking_id,
+        runtimes_ns=wire.runtimes_ns,
+        target=wire.target,
+        compiler=wire.compiler,
+        request_id=request_id,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        writer=writer,
     )

@@ -41,13 +41,13 @@ async def put_graph(
     HLO text is featurized like ``costmodel featurize``, so the graph_id is that of
     the same module sent as arrays."""
     request.state.model = model
-    body = await read_body(request, settings.max_body_bytes)
+    body = await read_body(request, settings.requests.max_body_bytes)
     params = Params(
         model=model, model_version=model_version, configurable=split_names(configurable)
     )
     content_type = request.headers.get("content-type")
     upload = await parse(
-        decode_upload, body, content_type, params, settings.max_decoded_bytes
+        decode_upload, body, content_type, params, settings.limits.max_decoded_bytes
     )
     result = await ranker.upload(upload)
     return GraphOut(

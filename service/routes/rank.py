@@ -57,7 +57,7 @@ async def rank(
 ) -> Response:
     """Score configs (JSON or npz body); ``ranking`` lists all indices, best first."""
     q = parse_query(RankQuery, request.query_params)
-    body = await read_body(request, settings.max_body_bytes)
+    body = await read_body(request, settings.requests.max_body_bytes)
     params = Params(
         model=q.model,
         model_version=q.model_version,
@@ -70,7 +70,12 @@ async def rank(
     )
     content_type = request.headers.get("content-type")
     req = await parse(
-        decode_rank, body, content_type, params, settings.max_decoded_bytes, client
+        decode_rank,
+        body,
+        content_type,
+        params,
+        settings.limits.max_decoded_bytes,
+        client,
     )
     request.state.model = req.model
     result = await ranker.rank(req)

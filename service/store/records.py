@@ -46,7 +46,7 @@ class GraphRow:
     first_seen: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeasurementBatch:
     """Measured runtimes of ``C`` configs of one graph, stored in one transaction.
 

@@ -264,7 +264,7 @@ def check_graph_bytes(conn: Connection, writer: str, size: int, quota: Quota) ->
     raise WriterQuotaExceeded(
         f"writer {writer!r} archived {archived} bytes of graphs in the last "
         f"{quota.window_s} s; this one ({size} bytes) would pass its cap of "
-        f"{quota.graph_bytes} (COSTMODEL_FEEDBACK_QUOTA_GRAPH_BYTES)",
+        f"{quota.graph_bytes} (QUOTA_GRAPH_BYTES in service/core/build.py)",
         quota.window_s,
     )
 

@@ -32,7 +32,7 @@ from xla_costmodel.clients.xla import jit
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.tune import TuneReport, tune
 from xla_costmodel.clients.xla.tune_bench import Bench
-from xla_costmodel.clients.xla.tune_config import Hooks
+from xla_costmodel.clients.xla.tune_config import Hooks, TuneConfig
 from xla_costmodel.tpugraphs import machine, xla_cpu
 from xla_costmodel.tpugraphs.paired import summarize
 
@@ -412,17 +412,15 @@ def _tune(
     **config: Any,
 ) -> TuneReport:
     """``tune`` small: 8 candidates, the quick protocol, this test's journal."""
-    return tune(
-        fn,
-        args,
-        budget,
-        client=client,
+    cfg = TuneConfig(
+        budget=budget,
         target=target,
         candidates=8,
         protocol=QUICK,
         crash_dir=tmp_path,
         **config,
     )
+    return tune(fn, args, cfg, client=client)
 
 
 def test_tune_reuses_a_fresh_decision_with_one_compile(
@@ -446,14 +444,14 @@ def test_tune_reuses_a_fresh_decision_with_one_compile(
         best = client.best(MODEL, graph_id=report.graph_id, target=target)
     assert report.reused, report.reason
     assert compiles == [1] and report.compiler_options == decided
-    assert [m["compiler_options"] for m in report.measured] == [decided]
-    assert report.verified is not None and report.verified["kept"]
+    assert [m.compiler_options for m in report.measured] == [decided]
+    assert report.verified is not None and report.verified.kept
     assert report.compiler == machine.compiler() and report.decision_stored
-    assert report.rounds == [] and report.refuted is None
+    assert report.rounds == () and report.refuted is None
     # Timed in a fresh process: those pairs are the report's figures and the
     # decision's (the service computes the same speedup from them).
-    assert report.confirmed is not None and report.confirmed["pid"] != os.getpid()
-    pairs = report.confirmed["pairs"]
+    assert report.confirmed is not None and report.confirmed.pid != os.getpid()
+    pairs = report.confirmed.pairs
     assert len(pairs) == 7 and report.speedup == summarize(pairs).speedup > 1.5
     assert best is not None and best.writers >= 1
 
@@ -469,17 +467,17 @@ def test_tune_refutes_a_decision_that_is_slower_here_and_searches(
             client, fn, args, 3, target, tmp_path, hooks=Hooks(config_scale=5.0)
         )
     assert not report.reused
-    assert report.verified is not None and not report.verified["kept"]
-    assert report.measured[0]["compiler_options"] == decided  # measured first
-    assert report.measured[0]["round"] == 0
+    assert report.verified is not None and not report.verified.kept
+    assert report.measured[0].compiler_options == decided  # measured first
+    assert report.measured[0].round == 0
     assert len(report.measured) + len(report.failed) == 3  # the budget, in all
     assert report.rounds and report.service_answered
     assert "did not hold" in " ".join(report.notes)
     # The run's decision carries the refutation, with the pairs that show it (the
     # service checks they do) and it was stored.
-    assert report.refuted is not None and report.refuted["reason"] == "slower"
-    assert report.refuted["config"] == list(xla_cpu.sample(8, 0)[3])
-    assert summarize(report.refuted["paired_runtimes_ns"]).slower
+    assert report.refuted is not None and report.refuted.reason == "slower"
+    assert report.refuted.config == tuple(xla_cpu.sample(8, 0)[3])
+    assert summarize(report.refuted.paired_runtimes_ns).slower
     assert report.decision_stored, report.notes
 
 
@@ -495,8 +493,8 @@ def test_tune_reverifies_a_stale_decision(server: str, tmp_path: Path) -> None:
             MODEL, graph_id=report.graph_id, target=target, compiler=machine.compiler()
         )
     assert not report.reused  # stale: never a shortcut, the search runs
-    assert report.verified is not None and report.verified["stale"]
-    assert report.measured[0]["compiler_options"] == decided
+    assert report.verified is not None and report.verified.stale
+    assert report.measured[0].compiler_options == decided
     assert report.rounds and "decided under jaxlib 0.0.1-test" in " ".join(report.notes)
     # This run's own decision, under this compiler, is now the fresh one.
     assert best is not None and not best.stale and best.compiler == machine.compiler()
@@ -525,7 +523,7 @@ def test_a_finalist_is_kept_only_if_a_fresh_process_confirms_it(
         )
         assert dropped.compiler_options == {} and dropped.speedup == 1.0
         assert dropped.confirmed is not None
-        assert dropped.confirmed["pid"] != os.getpid()
+        assert dropped.confirmed.pid != os.getpid()
         note = " ".join(dropped.notes)
         assert "the finalist did not hold in a fresh process (0." in note
         assert dropped.decision_stored, dropped.notes  # the default, measured
@@ -544,8 +542,8 @@ def test_a_finalist_is_kept_only_if_a_fresh_process_confirms_it(
         )
         best = client.best(MODEL, graph_id=kept.graph_id, target=target)
     assert kept.compiler_options and kept.config is not None, kept.notes
-    assert kept.confirmed is not None and len(kept.confirmed["pairs"]) == 7
-    fresh = summarize(kept.confirmed["pairs"])
+    assert kept.confirmed is not None and len(kept.confirmed.pairs) == 7
+    fresh = summarize(kept.confirmed.pairs)
     assert kept.speedup == fresh.speedup > 1.5
     assert kept.load is not None and kept.load.confirm_controls is not None
     assert kept.decision_stored, kept.notes
@@ -559,16 +557,15 @@ def test_a_finalist_whose_fresh_process_crashes_is_not_kept(
 ) -> None:
     _faster_in_process(monkeypatch)
     fn, args = _tiny(9.0)
-    report = tune(
-        fn,
-        args,
-        2,
+    cfg = TuneConfig(
+        budget=2,
         strategy="random",
         candidates=8,
         protocol=QUICK,
         crash_dir=tmp_path,
         hooks=Hooks(crash_at="confirm"),
     )
+    report = tune(fn, args, cfg)
     assert report.compiler_options == {}
     assert "killed by signal 11" in " ".join(report.notes), report.notes
 

@@ -8,6 +8,7 @@ tiny model: without them these tests fail with a message saying so, never skip.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -27,7 +28,7 @@ from xla_costmodel import cli, extras
 from xla_costmodel.clients import CostModelClient, Hlo, RetryPolicy
 from xla_costmodel.clients.xla import policy
 from xla_costmodel.clients.xla.measure import TimingProtocol
-from xla_costmodel.clients.xla.tune import TuneConfig, autotuned, tune
+from xla_costmodel.clients.xla.tune import TuneConfig, TuneReport, autotuned, tune
 from xla_costmodel.clients.xla.tune_config import config_key
 from xla_costmodel.harness import SERVE_MODULE, ServiceServer
 from xla_costmodel.tpugraphs import xla_cpu
@@ -119,43 +120,39 @@ def test_tune_ranks_measures_feeds_back_and_keeps_a_sound_choice(
 ) -> None:
     fn, args = _tiny()
     with CostModelClient(xla_cpu_service) as client:
-        tuned = autotuned(
-            fn,
-            args,
-            3,
-            client=client,
-            candidates=8,
-            rounds=2,
-            protocol=QUICK,
-            crash_dir=tmp_path,
+        config = TuneConfig(
+            budget=3, candidates=8, rounds=2, protocol=QUICK, crash_dir=tmp_path
         )
+        tuned = autotuned(fn, args, config, client=client)
         report = tuned.report
         assert report.service_answered and report.model_version == "1", report.reason
         body = json.loads(json.dumps(report.to_json()))
         assert REQUIRED | {"noise", "rounds", "target", "model_version"} <= set(body)
         assert body["strategy"] == "model" and body["budget"] == 3
         assert report.default_ms > 0 and report.noise >= 0.02
-        assert [r["configs"] for r in report.rounds] == [2, 1]
+        assert [r.configs for r in report.rounds] == [2, 1]
+        assert body["rounds"] == [r.to_json() for r in report.rounds]
         assert len(report.measured) + len(report.failed) == 3
-        for m in report.measured:
-            assert set(m) >= {"compiler_options", "ms", "round"} and m["ms"] > 0
-            xla_cpu.from_options(m["compiler_options"])  # a valid xla_cpu/1 config
+        for m, entry in zip(report.measured, body["measured"], strict=True):
+            assert m.ms > 0 and entry == m.to_json()
+            assert set(entry) >= {"compiler_options", "ms", "vs_default", "round"}
+            xla_cpu.from_options(m.compiler_options)  # a valid xla_cpu/1 config
         # Every round's measurements (the default's too) were stored by the service.
         for r in report.rounds:
-            assert r["feedback_stored"] == r["measured"] + 1
+            assert r.feedback_stored == r.measured + 1
         # The chosen options are the default's, or a measured config that beat the
         # default beyond the noise when measured again.
         if report.compiler_options:
             (entry,) = [
                 m
                 for m in report.measured
-                if m["compiler_options"] == report.compiler_options
+                if m.compiler_options == report.compiler_options
             ]
-            assert entry["final_ms"] == report.best_ms
+            assert entry.final_ms == report.best_ms
             # Confirmed in a fresh process: its pairs are the report's figures.
             assert report.confirmed is not None
-            assert report.confirmed["pid"] != os.getpid()
-            fresh = summarize(report.confirmed["pairs"])
+            assert report.confirmed.pid != os.getpid()
+            fresh = summarize(report.confirmed.pairs)
             assert report.speedup == fresh.speedup > 1 + 0.02
         else:
             assert report.best_ms == report.default_ms and report.speedup == 1.0
@@ -176,17 +173,16 @@ def test_an_unreachable_service_keeps_the_default(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there once closed
     url = f"http://127.0.0.1:{port}"
+    config = TuneConfig(budget=2, candidates=8, protocol=QUICK, crash_dir=tmp_path)
     with CostModelClient(url, retry=RetryPolicy(max_attempts=1)) as client:
-        report = tune(
-            fn, args, 2, client=client, candidates=8, protocol=QUICK, crash_dir=tmp_path
-        )
+        report = tune(fn, args, config, client=client)
     assert report.compiler_options == {} and report.speedup == 1.0
-    assert not report.service_answered and report.measured == []
+    assert not report.service_answered and report.measured == ()
     assert "the service did not rank" in report.reason
     assert "kept the default" in report.reason
     assert report.default_ms > 0 and report.best_ms == report.default_ms
 
-    alone = tune(fn, args, 2, candidates=8, protocol=QUICK, crash_dir=tmp_path)
+    alone = tune(fn, args, config)
     assert alone.compiler_options == {} and "no client" in alone.reason
 
 
@@ -202,21 +198,149 @@ def test_the_config_is_checked_and_plans_the_policys_rounds() -> None:
     assert [r.size for r in TuneConfig(budget=3).plan()] == [1, 1, 1]
 
 
+def test_the_reports_typed_entries_serialize_to_the_json_contract() -> None:
+    """``costmodel tune --json`` is a contract: the typed entries (``Measured``,
+    ``Failed``, ``RoundSummary``, ``Verified``, ...) give the same keys, in the same
+    order, as the dicts they replaced; a measured config's optional keys appear only
+    when set."""
+    from xla_costmodel.clients.wire import Refuted
+    from xla_costmodel.clients.xla.confirm import Confirmation
+    from xla_costmodel.clients.xla.pickers import Shaping
+    from xla_costmodel.clients.xla.tune_report import (
+        Failed,
+        Load,
+        Measured,
+        RoundSummary,
+        Verified,
+    )
+
+    shaping = Shaping(
+        target_programs=3, target_measurements=9, knowledge_weight=0.5, prior_weight=0.5
+    )
+    report = TuneReport(
+        default_ms=2.0,
+        best_ms=1.0,
+        speedup=2.0,
+        compiler_options={"a": True},
+        measured=(
+            Measured(compiler_options={"a": True}, ms=1.0, vs_default=0.5, round=1),
+            Measured(
+                compiler_options={"b": 1},
+                ms=1.5,
+                vs_default=0.75,
+                round=2,
+                final_ms=1.4,
+                final_speedup=1.3,
+                p_value=0.01,
+            ),
+        ),
+        failed=(Failed({"c": False}, "no"),),
+        strategy="model",
+        budget=3,
+        candidates=8,
+        seed=0,
+        noise=0.03,
+        rounds=(
+            RoundSummary(
+                round=1,
+                configs=2,
+                measured=2,
+                adapted=0,
+                shaping=shaping,
+                explored=2,
+                feedback_stored=3,
+                default_ms=2.0,
+                noise=0.03,
+            ),
+        ),
+        target="cpu-x",
+        model="xla_cpu",
+        model_version="1",
+        service_answered=True,
+        reason="why",
+        notes=("a note",),
+        verified=Verified(
+            kept=True, speedup=1.1, speedup_low=1.0, p_value=0.1, pairs=7, stale=False
+        ),
+        config=(1.0, 0.0),
+        confirmed=Confirmation(pairs=((2, 1),), pid=7, load=(0.5, 0.6)),
+        load=Load(start=(1.0, 1.0, 1.0), end=(2.0, 2.0, 2.0), noise=0.03),
+        refuted=Refuted(config=(0.0, 1.0), reason="outputs"),
+    )
+    body = json.loads(json.dumps(report.to_json()))
+    assert list(body) == [f.name for f in dataclasses.fields(TuneReport)]
+    assert body["measured"] == [
+        {"compiler_options": {"a": True}, "ms": 1.0, "vs_default": 0.5, "round": 1},
+        {
+            "compiler_options": {"b": 1},
+            "ms": 1.5,
+            "vs_default": 0.75,
+            "round": 2,
+            "final_ms": 1.4,
+            "final_speedup": 1.3,
+            "p_value": 0.01,
+        },
+    ]
+    assert body["failed"] == [{"compiler_options": {"c": False}, "error": "no"}]
+    (summary,) = body["rounds"]
+    assert list(summary) == [
+        "round",
+        "configs",
+        "measured",
+        "adapted",
+        "shaping",
+        "explored",
+        "feedback_stored",
+        "default_ms",
+        "noise",
+    ]
+    assert summary["shaping"] == {
+        "target_programs": 3,
+        "target_measurements": 9,
+        "knowledge_weight": 0.5,
+        "prior_weight": 0.5,
+    }
+    assert body["verified"] == {
+        "kept": True,
+        "speedup": 1.1,
+        "speedup_low": 1.0,
+        "p_value": 0.1,
+        "pairs": 7,
+        "stale": False,
+    }
+    assert body["notes"] == ["a note"] and body["config"] == [1.0, 0.0]
+    assert body["confirmed"]["pid"] == 7 and body["confirmed"]["pairs"] == [[2, 1]]
+    assert body["load"] == {
+        "start": [1.0, 1.0, 1.0],
+        "end": [2.0, 2.0, 2.0],
+        "noise": 0.03,
+        "confirm_controls": None,
+        "confirm_load": None,
+    }
+    assert body["refuted"] == {"config": [0.0, 1.0], "reason": "outputs"}
+
+
 def test_configs_that_crashed_an_earlier_run_are_left_out(tmp_path: Path) -> None:
     fn, args = _tiny()
-    first = tune(
-        fn, args, 1, strategy="random", candidates=8, protocol=QUICK, crash_dir=tmp_path
-    )
-    assert first.notes == []
+
+    def config(budget: int) -> TuneConfig:
+        return TuneConfig(
+            budget=budget,
+            strategy="random",
+            candidates=8,
+            protocol=QUICK,
+            crash_dir=tmp_path,
+        )
+
+    first = tune(fn, args, config(1))
+    assert first.notes == ()
     (journal,) = tmp_path.glob("*.journal")  # one per program
     rows = xla_cpu.sample(8, 0)
     # As a process killed while compiling rows 1-5 would have left it: begun, not ended.
     with journal.open("a") as f:
         f.writelines(f"c {config_key(rows[i])}\n" for i in range(1, 6))
-    again = tune(
-        fn, args, 2, strategy="random", candidates=8, protocol=QUICK, crash_dir=tmp_path
-    )
-    tried = [m["compiler_options"] for m in again.measured + again.failed]
+    again = tune(fn, args, config(2))
+    tried = [m.compiler_options for m in (*again.measured, *again.failed)]
     expected = [xla_cpu.to_options(rows[i]) for i in (6, 7)]
     assert sorted(map(str, tried)) == sorted(map(str, expected))
     assert "left out 5 config(s) that crashed an earlier run" in again.notes[0]

@@ -77,7 +77,7 @@ def check_settings_env(
     Every ``COSTMODEL_`` name must be a field (pydantic-settings would ignore a
     typo silently), and the values must pass the fields' validation.
     """
-    fields = set(Settings.model_fields)
+    fields = set(Settings.flat_fields())
     unknown = [
         name
         for name in env

@@ -22,7 +22,7 @@ from deploykit import COMPOSE, REPO, check_settings_env, dockerfile, get_paths
 
 from xla_costmodel.harness import free_port, wait_until
 from xla_costmodel.service.cli import GRACEFUL_SHUTDOWN_S
-from xla_costmodel.service.core.generations import CHANNEL
+from xla_costmodel.service.core.events import CHANNEL
 
 # ${NAME}, ${NAME:-default}, ${NAME-default} and ${NAME:?message}: the file's forms.
 VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<default>[^}]*))?\}")
@@ -144,12 +144,12 @@ def test_environment_is_settings_and_points_at_the_parts(
     services = compose["services"]
     env = {**dockerfile().env, **services["service"]["environment"]}
     settings = check_settings_env(monkeypatch, env)
-    assert settings.admin_token is None  # unset in the shell: admin API off
+    assert settings.server.admin_token is None  # unset in the shell: admin API off
 
     assert settings.feedback_tokens_required  # writers need tokens
-    assert settings.redis_hmac_key is not None  # Redis values are sealed
-    assert settings.redis_url is not None
-    redis = urlsplit(settings.redis_url.get_secret_value())
+    assert settings.stores.redis_hmac_key is not None  # Redis values are sealed
+    assert settings.stores.redis_url is not None
+    redis = urlsplit(settings.stores.redis_url.get_secret_value())
     assert (redis.hostname, redis.port) == ("redis", 6379)
     # Redis has no default user; the URL's user has the URL's password.
     acl = redis_users(services["redis"]["command"])
@@ -159,8 +159,8 @@ def test_environment_is_settings_and_points_at_the_parts(
     assert services["redis"]["environment"]["REDISCLI_AUTH"] == redis.password
     check = services["redis"]["healthcheck"]["test"]
     assert check[check.index("--user") + 1] == redis.username
-    assert settings.database_url is not None
-    database = urlsplit(settings.database_url.get_secret_value())
+    assert settings.stores.database_url is not None
+    database = urlsplit(settings.stores.database_url.get_secret_value())
     postgres = services["postgres"]["environment"]
     assert database.scheme == "postgresql" and (database.hostname, database.port) == (
         "postgres",

@@ -253,13 +253,14 @@ def test_env_names_are_settings_fields_and_values_parse(  # noqa: PLR0915 -- one
         ]
     assert "COSTMODEL_DATABASE_URL" in env and "COSTMODEL_REDIS_URL" in env
     settings = check_settings_env(monkeypatch, env)
+    stores, workers = settings.stores, settings.scoring.inference_workers
 
     # Both point at the Services of this base, on the ports they expose.
-    assert settings.redis_url is not None and settings.database_url is not None
-    redis = urlsplit(settings.redis_url.get_secret_value())
+    assert stores.redis_url is not None and stores.database_url is not None
+    redis = urlsplit(stores.redis_url.get_secret_value())
     assert redis.hostname == "redis"
     assert redis.port == get(resources, "Service", "redis")["spec"]["ports"][0]["port"]
-    database = urlsplit(settings.database_url.get_secret_value())
+    database = urlsplit(stores.database_url.get_secret_value())
     assert database.scheme.startswith("postgresql")  # not one SQLite file per pod
     assert database.hostname == "postgres"
     assert (
@@ -294,11 +295,12 @@ def test_env_names_are_settings_fields_and_values_parse(  # noqa: PLR0915 -- one
         "mountPath": "/docker-entrypoint-initdb.d",
         "readOnly": True,
     } in postgres["volumeMounts"]
-    assert settings.redis_hmac_key is not None  # Redis values are sealed
+    assert stores.redis_hmac_key is not None  # Redis values are sealed
     # The pod's CPU limit bounds the inference threads (os.cpu_count() would not).
-    assert settings.inference_workers == int(container["resources"]["limits"]["cpu"])
+    assert workers == int(container["resources"]["limits"]["cpu"])
     # Pods listen on every interface: feedback needs a writer's token.
-    assert settings.feedback_auth == "token" and settings.feedback_tokens_required
+    auth = settings.feedback.feedback_auth
+    assert auth == "token" and settings.feedback_tokens_required
     # Redis asks for the password the service's URL carries (the same Secret).
     (cache,) = pod_spec(get(resources, "Deployment", "redis"))["containers"]
     args = cache["args"]
@@ -319,13 +321,13 @@ def test_env_names_are_settings_fields_and_values_parse(  # noqa: PLR0915 -- one
     # scoring at once, plus the measured base (MiB: deployment.yaml's comment,
     # with both caches full), stay under the memory limit.
     mib = 1 << 20
-    per_request = (
-        settings.max_body_bytes + settings.max_decoded_bytes + settings.max_scored_bytes
-    )
-    base = 191 * mib + settings.memory_cache_bytes + settings.recent_rankings_bytes
+    limits, caches = settings.limits, settings.caches
+    body = settings.requests.max_body_bytes
+    per_request = body + limits.max_decoded_bytes + limits.max_scored_bytes
+    base = 191 * mib + caches.memory_cache_bytes + caches.recent_rankings_bytes
     limit = container["resources"]["limits"]["memory"]
     assert limit.endswith("Gi")
-    assert base + settings.inference_workers * per_request <= int(limit[:-2]) << 30
+    assert base + workers * per_request <= int(limit[:-2]) << 30
 
 
 def test_graceful_shutdown_fits_in_the_grace_period(resources: list[Resource]) -> None:

@@ -19,8 +19,7 @@ from servicekit import AppClient, metric, program
 from xla_costmodel import shipped_models
 from xla_costmodel.manifest import read_manifest
 from xla_costmodel.service.core.decision_cache import DecisionCache, DecisionKey, weigh
-from xla_costmodel.service.core.generations import Generations
-from xla_costmodel.service.metrics import Metrics
+from xla_costmodel.service.core.events import DecisionsWritten
 from xla_costmodel.service.store import (
     MeasurementStore,
     StoredDecision,
@@ -728,8 +727,7 @@ def stored(config: np.ndarray[Any, Any], i: int = 0) -> StoredDecision:
 
 async def test_the_decision_cache_is_bounded_in_bytes() -> None:
     """Was: bounded in entries only (16,384 graphs), +16.7 MB per graph kept."""
-    gens = Generations(None, Metrics().generations, freshness_s=60, alone=True)
-    cache = DecisionCache(gens, capacity_bytes=1 << 20)
+    cache = DecisionCache(lambda: 60.0, capacity_bytes=1 << 20)
     wide = tuple(stored(np.zeros((1000, 18), np.float32), i) for i in range(5))
     assert weigh(wide) >= 5 * 72_000  # its rows' bytes, at least
     reads = []
@@ -748,14 +746,14 @@ async def test_the_decision_cache_is_bounded_in_bytes() -> None:
     huge = wide * 4  # heavier than the whole bound: returned, never kept
     assert await cache.decisions(DecisionKey.graph("layout", "t", "x"), reader(huge))
     assert len(cache) == 2 and cache.used_bytes <= 1 << 20
-    # Fingerprint answers of a target go with any write of the target.
+    # Fingerprint answers of a target go with any decision of the target.
     small = (stored(np.zeros((1, 18), np.float32)),)
     mine = DecisionKey.fingerprint("layout", "t", "f" * 64)
     elsewhere = DecisionKey.fingerprint("layout", "u", "f" * 64)
     for key in (mine, elsewhere):
         await cache.decisions(key, reader(small))
     before = len(reads)
-    await gens.wrote("layout", "t", gid("some graph"))
+    cache.heard(DecisionsWritten("layout", "t", gid("some graph")), "local")
     for key in (mine, elsewhere):
         await cache.decisions(key, reader(small))
     assert len(reads) == before + 1  # mine was read again, elsewhere's was kept

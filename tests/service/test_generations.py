@@ -1,57 +1,46 @@
-"""Measurement generations across processes (service/core/generations.py): each
-``Generations`` below stands for one worker or replica, on a real redis-server, and
-the database statements a cached graph's rank costs, on SQLite and PostgreSQL."""
+"""Measurement generations (service/core/generations.py): a cache that follows the
+events it hears, and the database statements a cached graph's rank costs, on SQLite
+and PostgreSQL. How the events reach other processes: test_events.py."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pytest
-from redis.asyncio import Redis
 
 from xla_costmodel.service.core.database import Database
-from xla_costmodel.service.core.generations import (
-    Generation,
-    Generations,
-    announce,
-    is_alone,
+from xla_costmodel.service.core.events import (
+    DecisionsWritten,
+    MeasurementsWritten,
+    Missed,
+    WritersChanged,
 )
-from xla_costmodel.service.core.redis_store import connect
+from xla_costmodel.service.core.generations import Generation, Generations
 from xla_costmodel.service.metrics import Metrics
 from xla_costmodel.service.store import MeasurementBatch, default_sqlite_url
 from xla_costmodel.service.store.engine import statements
 
 pytestmark = pytest.mark.anyio
-# Behaviour, not the bound: the bound (100 ms) is the bench's ``staleness_ms``; a
-# timed assertion here flaked on a loaded 2-core machine. Far below the fallback.
-WAIT_S = 5.0
 KEY: tuple[str, str, str] = ("layout", "tpu-v3", "g1")
+TARGET: tuple[str, str, None] = ("layout", "tpu-v3", None)
 
 
-class Events:
+class Report:
     """Records what a ``Generations`` reports."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self.live: list[bool] = []
 
     def generation_lookup(self, hit: bool) -> None:
         self.counts["hit" if hit else "read"] += 1
 
     def generation_invalidated(self, source: str) -> None:
         self.counts[f"invalidated:{source}"] += 1
-
-    def generation_subscription(self, live: bool) -> None:
-        self.live.append(live)
-
-    def generation_error(self, op: str) -> None:
-        self.counts[f"error:{op}"] += 1
 
 
 class Reads:
@@ -66,193 +55,76 @@ class Reads:
         return self.value
 
 
+def cache(trust_s: float = 60.0, entries: int = 16_384) -> Generations:
+    return Generations(lambda: trust_s, Report(), entries=entries)
+
+
 def counts(gens: Generations) -> Counter[str]:
-    return cast(Events, gens.events).counts
-
-
-def process(
-    redis: Redis | None, freshness_s: float = 10.0, alone: bool = False
-) -> Generations:
-    return Generations(
-        redis, Events(), freshness_s=freshness_s, alone=alone, reconnect_s=0.05
-    )
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.005)
-
-
-@pytest.fixture
-async def clients(redis_url: str) -> AsyncIterator[tuple[Redis, Redis]]:
-    """Two processes' Redis clients, configured as the service's."""
-    a, b = connect(redis_url, 0.1, 0.1), connect(redis_url, 0.1, 0.1)
-    yield a, b
-    await a.aclose()
-    await b.aclose()
-
-
-@pytest.fixture
-async def pair(
-    clients: tuple[Redis, Redis],
-) -> AsyncIterator[tuple[Generations, Generations]]:
-    """Two live processes sharing Redis."""
-    a, b = process(clients[0]), process(clients[1])
-    a.start()
-    b.start()
-    await until(lambda: a.live and b.live)
-    yield a, b
-    await a.aclose()
-    await b.aclose()
+    assert isinstance(gens.events, Report)
+    return gens.events.counts
 
 
 async def current(
     gens: Generations, read: Reads, key: tuple[str, str, str | None] = KEY
 ) -> Generation:
-    collection, target, gid = key
-    return await gens.current(collection, target, gid, read)
+    return await gens.current(*key, read)
 
 
-async def test_a_write_reaches_another_process_through_the_notification(
-    pair: tuple[Generations, Generations],
-) -> None:
-    a, b = pair
-    read_a, read_b = Reads(), Reads()
-    await current(a, read_a)
-    await current(b, read_b)
-    for n in range(50):
-        read_a.value = read_b.value = (n + 2, n + 2)
-        calls_a, calls_b = read_a.calls, read_b.calls
-        await a.wrote(*KEY)
-        written = time.perf_counter()
-        assert await current(a, read_a) == read_a.value  # the writer knows at once
-        assert read_a.calls == calls_a + 1
-        while await current(b, read_b) != read_b.value:
-            assert time.perf_counter() - written < WAIT_S, "b never saw the write"
-            await asyncio.sleep(0.001)
-        assert read_b.calls == calls_b + 1
-        assert a.live and b.live  # not the fallback bound (10 s here)
-    assert counts(b)["invalidated:remote"] == 50
-    assert counts(a)["invalidated:remote"] == 0
+async def test_a_measurement_write_drops_its_graph_and_its_target() -> None:
+    gens = cache()
+    graph, target, other = Reads(), Reads(), Reads()
+    await current(gens, graph)
+    await current(gens, target, TARGET)
+    await current(gens, other, ("layout", "tpu-v3", "g2"))
+    gens.heard(MeasurementsWritten(*KEY), "local")
+    for read, key in (
+        (graph, KEY),
+        (target, TARGET),
+        (other, ("layout", "tpu-v3", "g2")),
+    ):
+        await current(gens, read, key)
+    assert (graph.calls, target.calls, other.calls) == (2, 2, 1)
+    assert counts(gens)["invalidated:local"] == 1
 
 
-async def test_unchanged_measurements_are_read_once(
-    pair: tuple[Generations, Generations],
-) -> None:
-    _, b = pair
-    b.freshness_s = 0.01  # live: not what bounds the trust
+async def test_writes_to_other_keys_leave_a_graph_cached() -> None:
+    gens = cache()
     read = Reads()
-    for _ in range(100):
-        await current(b, read)
-        await asyncio.sleep(0.003)
-    assert read.calls == 1
-    assert counts(b) == {"read": 1, "hit": 99, "invalidated:resubscribe": 1}
-
-
-async def test_writes_to_other_keys_leave_a_graph_cached(
-    pair: tuple[Generations, Generations],
-) -> None:
-    a, b = pair
-    read = Reads()
-    await current(b, read)
-    await a.wrote("layout", "tpu-v3", "other")
-    await a.wrote("layout", "tpu-v4", "g1")
-    await until(lambda: counts(b)["invalidated:remote"] == 2)
-    await current(b, read)
+    await current(gens, read)
+    gens.heard(MeasurementsWritten("layout", "tpu-v3", "other"), "remote")
+    gens.heard(MeasurementsWritten("layout", "tpu-v4", "g1"), "remote")
+    await current(gens, read)
     assert read.calls == 1
 
 
-async def test_a_graph_write_invalidates_its_target_and_tells_listeners(
-    pair: tuple[Generations, Generations],
-) -> None:
-    a, b = pair
-    heard: list[tuple[str, str] | None] = []
-    b.on_change(heard.append)
-    target = Reads()
-    await current(b, target, ("layout", "tpu-v3", None))
-    await a.wrote(*KEY)
-    await until(lambda: bool(heard))
-    assert heard == [("layout", "tpu-v3")]
-    await current(b, target, ("layout", "tpu-v3", None))
-    assert target.calls == 2
+async def test_a_decision_alone_drops_no_generation() -> None:
+    """A kept default or a refutation without pairs changes no measurement."""
+    gens = cache()
+    read = Reads()
+    await current(gens, read)
+    gens.heard(DecisionsWritten(*KEY), "local")
+    await current(gens, read)
+    assert read.calls == 1
+    assert not any(k.startswith("invalidated") for k in counts(gens))
 
 
-async def test_an_announcement_drops_everything(
-    pair: tuple[Generations, Generations], clients: tuple[Redis, Redis]
+@pytest.mark.parametrize("event", [WritersChanged(), Missed()])
+async def test_writers_changed_and_missed_events_drop_everything(
+    event: WritersChanged | Missed,
 ) -> None:
-    _, b = pair
+    gens = cache()
     graphs = [Reads() for _ in range(3)]
     for n, read in enumerate(graphs):
-        await current(b, read, ("layout", f"tpu-v{n}", "g"))
-    await announce(clients[0])  # e.g. by `costmodel measurements purge`
-    await until(lambda: len(b) == 0)
+        await current(gens, read, ("layout", f"tpu-v{n}", "g"))
+    gens.heard(event, "remote")
+    assert len(gens) == 0
     for n, read in enumerate(graphs):
-        await current(b, read, ("layout", f"tpu-v{n}", "g"))
+        await current(gens, read, ("layout", f"tpu-v{n}", "g"))
         assert read.calls == 2
 
 
-async def test_redis_down_falls_back_to_the_short_bound_and_recovers(
-    redis_server: Any, redis_url: str, clients: tuple[Redis, Redis]
-) -> None:
-    server = redis_server
-    a, b = process(clients[0]), process(clients[1], freshness_s=0.5)
-    a.start()
-    b.start()
-    try:
-        await until(lambda: a.live and b.live)
-        read = Reads()
-        await current(b, read)
-        server.stop()
-        await until(lambda: not b.live)
-        await a.wrote(*KEY)  # unheard; never raises
-        assert counts(a)["error:publish"] == 1
-        down = Reads()  # read while down: trusted for the short bound (0.5 s)
-        read_at = time.monotonic()
-        await current(b, down, ("layout", "tpu-v3", "g2"))
-        await current(b, down, ("layout", "tpu-v3", "g2"))
-        assert down.calls == 1 or time.monotonic() - read_at > 0.5
-        await asyncio.sleep(0.55)
-        calls = read.calls
-        await current(b, down, ("layout", "tpu-v3", "g2"))
-        await current(b, read)  # read while live, trusted no longer either
-        assert (down.calls, read.calls) == (2, calls + 1)
-
-        server.start()
-        await until(lambda: a.live and b.live)
-        calls = read.calls
-        await current(b, read)  # dropped on resubscribe: messages may be lost
-        await asyncio.sleep(0.6)
-        await current(b, read)  # live again: trusted past the short bound
-        assert read.calls == calls + 1
-        await a.wrote(*KEY)
-        await until(lambda: counts(b)["invalidated:remote"] == 1)
-        await current(b, read)
-        assert read.calls == calls + 2
-        assert cast(Events, b.events).live[:3] == [True, False, True]
-    finally:
-        await a.aclose()
-        await b.aclose()
-
-
-async def test_without_redis_one_process_knows_its_own_writes() -> None:
-    gens = process(None, freshness_s=0.01, alone=True)
-    gens.start()  # nothing to subscribe to
-    read = Reads()
-    await current(gens, read)
-    await asyncio.sleep(0.05)
-    await current(gens, read)
-    assert read.calls == 1
-    await gens.wrote(*KEY)
-    await current(gens, read)
-    await current(gens, read)
-    assert read.calls == 2
-    await gens.aclose()
-
-
-async def test_without_redis_several_processes_trust_the_short_bound() -> None:
-    gens = process(None, freshness_s=0.05)
+async def test_a_value_is_trusted_for_the_bus_bound() -> None:
+    gens = cache(trust_s=0.05)
     read = Reads()
     await current(gens, read)
     await current(gens, read)
@@ -262,7 +134,7 @@ async def test_without_redis_several_processes_trust_the_short_bound() -> None:
 
 
 async def test_a_read_overtaken_by_a_write_is_not_cached() -> None:
-    gens = process(None, alone=True)
+    gens = cache()
     started, release = asyncio.Event(), asyncio.Event()
 
     async def slow() -> Generation:
@@ -272,7 +144,7 @@ async def test_a_read_overtaken_by_a_write_is_not_cached() -> None:
 
     task = asyncio.create_task(gens.current(*KEY, slow))
     await started.wait()
-    await gens.wrote(*KEY)
+    gens.heard(MeasurementsWritten(*KEY), "local")
     release.set()
     assert await task == (1, 1)
     read = Reads()
@@ -282,7 +154,7 @@ async def test_a_read_overtaken_by_a_write_is_not_cached() -> None:
 
 
 async def test_a_failed_read_caches_nothing() -> None:
-    gens = process(None, alone=True)
+    gens = cache()
 
     async def failing() -> Generation:
         raise OSError("database down")
@@ -295,7 +167,7 @@ async def test_a_failed_read_caches_nothing() -> None:
 
 
 async def test_entries_are_bounded() -> None:
-    gens = Generations(None, Events(), freshness_s=1, alone=True, entries=10)
+    gens = cache(entries=10)
     read = Reads()
     for n in range(25):
         await current(gens, read, ("layout", "t", f"g{n}"))
@@ -303,14 +175,6 @@ async def test_entries_are_bounded() -> None:
     await current(gens, read, ("layout", "t", "g24"))
     await current(gens, read, ("layout", "t", "g0"))
     assert read.calls == 26
-
-
-def test_alone_means_one_sqlite_process() -> None:
-    assert is_alone(1, False, None)
-    assert is_alone(1, False, "sqlite:////tmp/x.db")
-    assert not is_alone(2, False, None)
-    assert not is_alone(1, True, None)
-    assert not is_alone(1, False, "postgresql://db/costmodel")
 
 
 # -- statements: a cached graph's rank issues none --------------------------------
@@ -355,7 +219,7 @@ async def test_a_cached_graph_costs_no_statement(database: Database) -> None:
     await database.run(lambda s: s.save_graph(gid, "tile", arrays))
     await database.run(lambda s: s.add_measurements(measured(gid, 3)))
     sent = await database.run(lambda s: statements(s.engine))
-    gens = process(None, alone=True)
+    gens = cache()
 
     def read() -> Awaitable[Generation]:
         return database.run(lambda s: s.generation("tile", "tpu-v3", gid))
@@ -369,7 +233,7 @@ async def test_a_cached_graph_costs_no_statement(database: Database) -> None:
     assert sent.count == before
 
     await database.run(lambda s: s.add_measurements(measured(gid, 2)))
-    await gens.wrote("tile", "tpu-v3", gid)
+    gens.heard(MeasurementsWritten("tile", "tpu-v3", gid), "local")
     assert await gens.current("tile", "tpu-v3", gid, read) == (5, 5)
 
 
@@ -378,7 +242,7 @@ async def test_metrics_count_lookups_and_statements(database: Database) -> None:
     sent = await database.run(lambda s: statements(s.engine))
     sent.listen(metrics.stores.db_statement)
     before = sent.count
-    gens = Generations(None, metrics.generations, freshness_s=1, alone=True)
+    gens = Generations(lambda: 1.0, metrics.generations)
 
     def read() -> Awaitable[Generation]:
         return database.run(lambda s: s.generation("tile", "tpu-v3", "0" * 64))

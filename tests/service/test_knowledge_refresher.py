@@ -1,5 +1,6 @@
-"""The target-knowledge refresher ends when the app stops, even right after feedback
-woke it (Python 3.11's wait_for could swallow that cancellation and hang shutdown)."""
+"""The target-knowledge refresher: woken only by the events that change a fit, and
+ended when the app stops, even right after feedback woke it (Python 3.11's wait_for
+could swallow that cancellation and hang shutdown)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ import anyio
 import pytest
 
 from xla_costmodel.service.core.database import Database
+from xla_costmodel.service.core.events import (
+    DecisionsWritten,
+    Event,
+    MeasurementsWritten,
+    Missed,
+    WritersChanged,
+)
 from xla_costmodel.service.core.generations import Generations
 from xla_costmodel.service.core.knowledge import TargetKnowledge
 
@@ -36,12 +44,6 @@ class Counts:
     def generation_invalidated(self, source: str) -> None:
         pass
 
-    def generation_subscription(self, live: bool) -> None:
-        pass
-
-    def generation_error(self, op: str) -> None:
-        self.errors.append(op)
-
 
 class NoGraphs:
     """No measured graph has a summary (the database here holds none)."""
@@ -55,8 +57,9 @@ async def test_a_wake_up_racing_the_stop_does_not_keep_the_refresher_alive(
 ) -> None:
     db = Database(f"sqlite:///{tmp_path / 'k.db'}")
     counts = Counts()
-    generations = Generations(None, counts, freshness_s=0.1, alone=True)
-    knowledge = TargetKnowledge(db, generations, counts, NoGraphs())
+    knowledge = TargetKnowledge(
+        db, Generations(lambda: 0.1, counts), counts, NoGraphs()
+    )
     refresher = knowledge.refresher(60.0)
     try:
         for _ in range(50):
@@ -67,5 +70,33 @@ async def test_a_wake_up_racing_the_stop_does_not_keep_the_refresher_alive(
             done, _ = await asyncio.wait({task}, timeout=5)
             assert task in done, "the refresher kept running after it was cancelled"
             await refresher.stop()
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    ("event", "wakes"),
+    [
+        (MeasurementsWritten("xla_cpu", "cpu-x", "g"), True),
+        (WritersChanged(), True),  # purged rows, the targets writers may write
+        (Missed(), True),
+        (DecisionsWritten("xla_cpu", "cpu-x", "g"), False),  # no fit changes
+    ],
+)
+async def test_only_events_that_change_a_fit_wake_the_refresher(
+    tmp_path: Path, event: Event, wakes: bool
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'k.db'}")
+    counts = Counts()
+    knowledge = TargetKnowledge(
+        db, Generations(lambda: 0.1, counts), counts, NoGraphs()
+    )
+    refresher = knowledge.refresher(60.0)  # not started: nothing clears its wake-up
+    try:
+        knowledge.heard(event, "remote")
+        assert refresher.wake.is_set() is wakes
+        with anyio.move_on_after(0.1) as waited:  # nothing to wait for: at once
+            await knowledge.refreshed()
+        assert waited.cancelled_caught is wakes
     finally:
         db.close()

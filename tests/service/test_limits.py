@@ -88,7 +88,7 @@ async def test_an_embedding_of_the_wrong_shape_in_redis_is_a_counted_miss(
     r = await first.put("/v1/graphs?model=tile", json=graph_json(kernel))
     gid = r.json()["graph_id"]
     redis = connect(redis_url, 1.0, 1.0)
-    seal = Seal(Settings(redis_hmac_key=sealing).redis_seal_key)
+    seal = Seal(Settings(redis_hmac_key=sealing).stores.redis_seal_key)
     key = embedding_key("tile", "1", gid)
     good = blob.loads(seal.open(key, await redis.get(key)))
     wrong = {"graph_embedding": np.zeros((7,), np.float32)}  # the manifest says [64]

@@ -31,11 +31,12 @@ def test_secrets_leave_the_variables_and_come_back_from_files() -> None:
             assert stat.S_IMODE(file.stat().st_mode) == 0o600
         env = {**plain, SECRETS_DIR_ENV: str(path)}
         settings = Settings.load(replica_secrets_dir(env), models=["tile"])
-        assert settings.database_url is not None and settings.redis_url is not None
-        assert settings.admin_token is not None
-        assert settings.database_url.get_secret_value() == ENV["COSTMODEL_DATABASE_URL"]
-        assert settings.redis_url.get_secret_value() == ENV["COSTMODEL_REDIS_URL"]
-        assert settings.admin_token.get_secret_value() == "adm1n"
+        stores, token = settings.stores, settings.server.admin_token
+        assert stores.database_url is not None and stores.redis_url is not None
+        assert token is not None
+        assert stores.database_url.get_secret_value() == ENV["COSTMODEL_DATABASE_URL"]
+        assert stores.redis_url.get_secret_value() == ENV["COSTMODEL_REDIS_URL"]
+        assert token.get_secret_value() == "adm1n"
     finally:
         for file in path.iterdir():
             file.unlink()

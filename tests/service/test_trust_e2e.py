@@ -35,7 +35,7 @@ from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
 from xla_costmodel.harness import RedisServer, ServiceServer
-from xla_costmodel.service.core.generations import CHANNEL
+from xla_costmodel.service.core.events import CHANNEL
 from xla_costmodel.service.core.recent import MAX_POLLS, new_ranking_id
 from xla_costmodel.service.core.recent import dumps as dump_batch
 from xla_costmodel.service.core.redis_store import embedding_key, recent_key

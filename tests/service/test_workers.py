@@ -231,6 +231,7 @@ def test_options_travel_to_the_workers_as_environment(
     monkeypatch.delenv("COSTMODEL_WORKERS", raising=False)
     with patched_environ(env):
         settings = Settings()  # as a worker's app_from_env reads them
-        assert (settings.port, settings.models, settings.workers) == (9000, ["tile"], 3)
-        assert settings.model_dir == tmp_path
+        server, scoring = settings.server, settings.scoring
+        assert (server.port, scoring.models, server.workers) == (9000, ["tile"], 3)
+        assert scoring.model_dir == tmp_path
     assert os.environ["COSTMODEL_PORT"] == "1" and "COSTMODEL_WORKERS" not in os.environ
