@@ -3,9 +3,11 @@
 The program is HLO text (a file), a TpuGraphs ``.npz`` (its graph, and its configs
 unless ``--configs`` names others) or ``FILE.py:NAME`` as ``costmodel tune`` takes it,
 lowered here to pre-optimization HLO (what the xla_cpu model is trained on; needs the
-xla extra). The configs are ``--configs N`` sampled XLA:CPU option sets (row 0 XLA's
-default; xla_cpu only) or a file: ``.json`` (a list of raw configs, e.g.
-``compiler_options`` dicts, or of feature rows) or ``.npy`` (feature rows).
+xla extra). The configs are ``--configs N`` sampled XLA:CPU option sets (``xla_cpu/2``
+rows, row 0 XLA's default; xla_cpu only; ranked for this CPU with jax installed,
+less the rows that set an option this jaxlib rejects: ``spec_rows.candidates``) or a
+file: ``.json`` (a list of raw configs, e.g. ``compiler_options`` dicts, or of
+feature rows) or ``.npy`` (feature rows; ``xla_cpu/1`` rows are upgraded).
 
 An HLO program ranked by the xla_cpu model is ranked for this machine's CPU
 (``machine.target()``, as ``costmodel tune`` measures it) unless ``--target`` names
@@ -30,7 +32,7 @@ from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.user_output import to_stderr
 from xla_costmodel.clients.wire import RankResult
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import collections, machine, xla_cpu2
 from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.reader import load_npz
 
@@ -72,8 +74,8 @@ def rank(
         "--configs",
         metavar="N|FILE",
         help=f"N sampled XLA:CPU option sets (xla_cpu; default {DEFAULT_SAMPLE}, row "
-        "0 the default), or a .json list of configs / .npy rows; an .npz program's "
-        "own configs by default.",
+        "0 the default; for this CPU, none this jaxlib rejects), or a .json list of "
+        "configs / .npy rows; an .npz program's own configs by default.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the sampled option sets."),
     top_k: int = typer.Option(5, "--top-k", min=1, help="Configs to print."),
@@ -83,8 +85,11 @@ def rank(
     the ranking (the graph's measurements, the target's knowledge, the prior)."""
     with to_stderr():  # the user's program may print while imported or traced
         graph, given = load_graph(program)
-    rows, shown = load_configs(configs, given, model, seed)
     target = target or default_target(model, graph)
+    here = target is not None and target == machine.target()
+    rows, shown = load_configs(
+        configs, given, model, seed, here=here, loops=loops_of(graph)
+    )
     try:
         with CostModelClient(server) as client:
             result = client.rank(model, graph, rows, top_k=top_k, target=target)
@@ -142,9 +147,18 @@ def lower(spec: str) -> str:
 
 
 def load_configs(
-    spec: str | None, given: Any | None, model: str, seed: int
+    spec: str | None,
+    given: Any | None,
+    model: str,
+    seed: int,
+    *,
+    here: bool = False,
+    loops: bool = True,
 ) -> tuple[Any, list[Any]]:
-    """(the configs to send, one JSON-ready description per config)."""
+    """(the configs to send, one JSON-ready description per config). ``here``: the
+    ranking is for this machine's CPU (sampled rows this jaxlib rejects are left
+    out); ``loops``: the program has a while loop (else sampled rows that differ
+    only in the loop threshold are left out: ``xla_cpu2.for_program``)."""
     if spec is None and given is not None:
         rows = np.asarray(given)
         return rows, [None] * len(rows)
@@ -155,10 +169,10 @@ def load_configs(
                 param_hint="--configs",
             )
         try:
-            sampled = xla_cpu.sample(int(spec or DEFAULT_SAMPLE), seed)
+            sampled = sample(int(spec or DEFAULT_SAMPLE), seed, here, loops)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--configs") from None
-        return sampled, [xla_cpu.to_options(row) for row in sampled]
+        return sampled, [xla_cpu2.to_options(row).flat() for row in sampled]
     path = Path(spec)
     if not path.is_file():
         raise typer.BadParameter(f"no such file: {spec}", param_hint="--configs")
@@ -176,11 +190,46 @@ def load_configs(
     return rows, described(rows, model)
 
 
+def sample(n: int, seed: int, here: bool, loops: bool = True) -> Any:
+    """``n`` sampled ``xla_cpu/2`` rows (``sample_for_program``: without loops, none
+    that differ only in the loop threshold); for
+    this machine with jax installed, less those this jaxlib rejects
+    (``spec_rows.candidates``: a probe of a few tiny compiles). Without jax, or for
+    another CPU, this jaxlib says nothing."""
+    if not here or importlib.util.find_spec("jax") is None:
+        return xla_cpu2.sample_for_program(n, seed, loops)
+    from xla_costmodel.clients.xla import spec_rows
+
+    spec = spec_rows.spec_named(spec_rows.SPEC)
+    return spec_rows.candidates(spec, n, seed, loops).rows
+
+
+def loops_of(graph: Any) -> bool:
+    """Whether the program to rank has a while loop (an HLO text or a graph)."""
+    if isinstance(graph, Hlo):
+        from xla_costmodel.clients.xla.spec_rows import has_loops
+
+        return has_loops(graph.text)
+    return xla_cpu2.has_loops(graph.node_opcode)
+
+
 def described(rows: Any, model: str) -> list[Any]:
-    """xla_cpu rows as their compiler options; other rows are not described."""
-    if model == XLA_CPU and np.ndim(rows) == 2 and np.shape(rows)[1] == xla_cpu.WIDTH:
-        return [xla_cpu.to_options(row) for row in rows]
-    return [None] * len(rows)
+    """xla_cpu rows (an older spec's upgraded) as their compiler options, as
+    ``CompilerOptions.flat`` spells them (None for an invalid row); other rows are
+    not described."""
+    spec = collections.get(XLA_CPU)
+    if model != XLA_CPU or np.ndim(rows) != 2:
+        return [None] * len(rows)
+    if np.shape(rows)[1:] not in spec.config_shapes():
+        return [None] * len(rows)
+    return [_options(row) for row in spec.upgrade(np.asarray(rows, np.float32))]
+
+
+def _options(row: Any) -> dict[str, Any] | None:
+    try:
+        return xla_cpu2.to_options(row).flat()
+    except ValueError:
+        return None
 
 
 def to_json(result: RankResult, shown: list[Any], target: str | None) -> dict[str, Any]:

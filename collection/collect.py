@@ -1,12 +1,18 @@
 """``costmodel collect``: measure zoo programs under sampled XLA:CPU option sets.
 
 Per program: build, lower, featurize the pre-optimization HLO, compile the sampled
-configs (``xla_cpu.sample(n, seed)``, the same rows for every program, row 0 the
-default) plus separately compiled default controls, then measure all of them with the
-interleaved protocol of ``measure.py``. A program whose controls disagree beyond the
-threshold is measured again, and dropped (recorded in its sidecar) if they still do.
-Compile errors are recorded per config. Output per program: ``<name>.npz``
-(TpuGraphs, ``config_spec="xla_cpu/1"``), ``<name>.hlo.txt``, ``<name>.json``.
+configs (``--spec``'s ``sample(n, seed)``, default ``xla_cpu/2``: the same rows for
+every program, row 0 the default, less the rows setting a column this jaxlib
+rejects) plus separately compiled default controls, then measure all of them with
+the interleaved protocol of ``measure.py``. A program whose controls disagree beyond
+the threshold is measured again, and dropped (recorded in its sidecar) if they still
+do. Compile errors are recorded per config. Output per program: ``<name>.npz``
+(TpuGraphs, ``config_spec`` the spec), ``<name>.hlo.txt``, ``<name>.json``.
+
+A folder may hold several specs' files. Resuming skips every program with a
+sidecar, except that a program selected by ``--programs`` whose sidecar is of
+another spec than ``--spec`` is collected again (its files replaced); a run without
+``--programs`` leaves other specs' files alone.
 
 The process pins itself to one CPU before jax starts (so XLA:CPU's thread pool has
 one thread there); compile worker threads may use every CPU. jax is imported only
@@ -22,6 +28,8 @@ import typer
 
 from xla_costmodel.clients.xla.isolate import forwarded_argv, supervise
 from xla_costmodel.clients.xla.measure import TimingProtocol
+from xla_costmodel.clients.xla.spec_rows import spec_named
+from xla_costmodel.collection import specs
 from xla_costmodel.collection.progress import make_log
 from xla_costmodel.collection.zoo import Program, select
 
@@ -32,9 +40,11 @@ def collect(  # noqa: PLR0913 -- typer: one parameter per command-line option
     programs: str = typer.Option(
         "",
         "--programs",
-        help="Comma-separated program names or families (default all).",
+        help="Comma-separated program names or families (default all); those with "
+        "files of another --spec are collected again.",
     ),
     configs: int = typer.Option(100, "--configs", help="Sampled configs per program."),
+    spec: str = typer.Option(specs.TODAY, "--spec", help="Config spec to sample."),
     time_budget: float = typer.Option(
         4500.0, "--time-budget", help="Seconds for the whole run; shortens rounds."
     ),
@@ -57,19 +67,14 @@ def collect(  # noqa: PLR0913 -- typer: one parameter per command-line option
     ),
     worker: bool = typer.Option(False, "--worker", hidden=True),
 ) -> None:
-    """Collect an xla_cpu/1 dataset: real programs, compiled and measured here."""
-    chosen = _chosen(programs)
+    """Collect an xla_cpu dataset: real programs, compiled and measured here."""
+    chosen = _chosen(programs, spec)
     if not worker:
-        # Some option sets crash XLA itself: the work runs in a child process, which
-        # is restarted after a crash and leaves the crashing config out (probe.py,
-        # isolate.py).
-        argv = [*forwarded_argv(ctx, ("restarts", "worker")), "--worker"]
-        raise typer.Exit(supervise(argv, restarts, make_log(out / "progress.log")))
+        raise typer.Exit(_supervised(ctx, out, restarts))
     # The worker imports jax: only the child process loads it, never at import.
     from xla_costmodel.collection.worker import run_collection
 
     all_cpus = sorted(os.sched_getaffinity(0))
-    pinned = pin_to(cpu if cpu >= 0 else all_cpus[-1]) if pin else all_cpus
     protocol = TimingProtocol(
         runs=runs, max_rounds=max(3, max_rounds), noise_threshold=noise_threshold
     )
@@ -80,19 +85,35 @@ def collect(  # noqa: PLR0913 -- typer: one parameter per command-line option
         seed=seed,
         protocol=protocol,
         time_budget=time_budget,
+        spec=spec,
+        # only programs asked for by name or family replace another spec's files
+        recollect={p.name for p in chosen} if programs else (),
         controls=controls,
         compile_cpus=all_cpus,
-        pinned=pinned,
+        pinned=pin_to(cpu if cpu >= 0 else all_cpus[-1]) if pin else all_cpus,
     )
 
 
-def _chosen(programs: str) -> list[Program]:
-    """The zoo programs named (names or families, comma-separated); exit 2 if unknown."""
+def _chosen(programs: str, spec: str) -> list[Program]:
+    """The zoo programs named (names or families, comma-separated); exit 2 if one
+    is unknown, or ``spec`` is not a spec collect samples."""
     try:
+        spec_named(spec)
         return select([p for p in programs.split(",") if p])
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
+
+
+def _supervised(ctx: typer.Context, out: Path, restarts: int) -> int:
+    """Run this command again as a supervised worker; its exit code.
+
+    Some option sets crash XLA itself: the work runs in a child process, which is
+    restarted after a crash and leaves the crashing config out (probe.py,
+    isolate.py).
+    """
+    argv = [*forwarded_argv(ctx, ("restarts", "worker")), "--worker"]
+    return supervise(argv, restarts, make_log(out / "progress.log"))
 
 
 def pin_to(cpu: int) -> list[int]:

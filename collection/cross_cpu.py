@@ -1,7 +1,9 @@
 """One program measured on several CPUs: the datasheet's "On other CPUs" section.
 
 The dataset's targets (``datasets/xla_cpu/<target>/``) sample the same config rows, so a
-program measured on two CPUs can be compared row by row.
+program measured on two CPUs can be compared row by row. Rows are matched by content
+in today's width (``specs.side_rows``), so a program collected in ``xla_cpu/1`` on
+one CPU and in ``xla_cpu/2`` on another is compared over the configs both measured.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.collection import specs
 
 
 def _cpu(side: dict[str, Any]) -> str:
@@ -19,16 +21,11 @@ def _cpu(side: dict[str, Any]) -> str:
 
 
 def compare(here: dict[str, Any], there: dict[str, Any]) -> dict[str, float] | None:
-    """One program measured on two CPUs: rows matched by config content (both sample
-    with ``xla_cpu.sample``), Spearman of their runtimes, and what each CPU's best
-    config costs on the other."""
-    a = {
-        tuple(r): t for r, t in zip(_rows(here), here["config_runtime_ns"], strict=True)
-    }
-    b = {
-        tuple(r): t
-        for r, t in zip(_rows(there), there["config_runtime_ns"], strict=True)
-    }
+    """One program measured on two CPUs: rows matched by config content (each
+    sidecar's rows read in today's width, whatever spec sampled them), Spearman of
+    their runtimes, and what each CPU's best config costs on the other."""
+    a = _by_row(here)
+    b = _by_row(there)
     common = [k for k in a if k in b]
     if len(common) < 3:
         return None
@@ -50,9 +47,24 @@ def compare(here: dict[str, Any], there: dict[str, Any]) -> dict[str, float] | N
     }
 
 
-def _rows(side: dict[str, Any]) -> np.ndarray:
-    rows = xla_cpu.sample(max(side["rows"]) + 1, int(side["seed"]))
-    return np.asarray(rows[np.asarray(side["rows"], np.intp)])
+def _row(
+    target: str, here: dict[str, Any], there: dict[str, Any], c: dict[str, float]
+) -> str:
+    return (
+        f"| {there['name']} | {target} | {c['shared']} | {c['spearman']:.3f} "
+        f"| {c['default_ms_here']:.2f} / {c['default_ms_there']:.2f} "
+        f"| {c['best_over_default_here']:.3f} / {c['best_over_default_there']:.3f} "
+        f"| {c['there_best_here']:.3f} / {c['here_best_there']:.3f} "
+        f"| {here['spec']} / {there['spec']} |"
+    )
+
+
+def _by_row(side: dict[str, Any]) -> dict[bytes, int]:
+    """A measured sidecar's runtimes keyed by their row (today's width)."""
+    rows = specs.side_rows(side)
+    return {
+        r.tobytes(): t for r, t in zip(rows, side["config_runtime_ns"], strict=True)
+    }
 
 
 def section(
@@ -91,19 +103,15 @@ def section(
             for t, side in seen.items()
         ),
         "",
-        "Per program, over the configs both measured:",
+        "Per program, over the configs both measured (matched by content when the "
+        "specs differ):",
         "",
         "| program | other CPU | configs | Spearman | default ms here / there "
-        "| best/default here / there | other's best, run here / run there |",
-        "|---|---|---|---|---|---|---|",
+        "| best/default here / there | other's best, run here / run there "
+        "| spec here / there |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_row(target, mine[side["name"]], side, c) for target, side, c in compared),
     ]
-    for target, side, c in compared:
-        lines.append(
-            f"| {side['name']} | {target} | {c['shared']} | {c['spearman']:.3f} "
-            f"| {c['default_ms_here']:.2f} / {c['default_ms_there']:.2f} "
-            f"| {c['best_over_default_here']:.3f} / {c['best_over_default_there']:.3f} "
-            f"| {c['there_best_here']:.3f} / {c['here_best_there']:.3f} |"
-        )
     lines += [
         "",
         '("other\'s best, run here": the runtime here of the config that was '

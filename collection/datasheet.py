@@ -1,7 +1,10 @@
 """``python -m xla_costmodel.collection.datasheet DIR``: DIR/DATASHEET.md from the sidecars.
 
 Every number in the datasheet is computed here from the ``<name>.json`` sidecars the
-collector wrote, so the tables match the files exactly.
+collector wrote, so the tables match the files exactly. A folder may hold programs of
+several config specs (``xla_cpu/1`` beside ``xla_cpu/2``): each program's row says
+its spec, and the config sections (``datasheet_configs``) read every row in today's
+width.
 """
 
 from __future__ import annotations
@@ -15,13 +18,8 @@ from typing import Any
 import numpy as np
 
 from xla_costmodel.collection import cross_cpu, zoo
-from xla_costmodel.tpugraphs import machine, xla_cpu
-
-COLUMN_MEANING = {
-    "ynn": "`xla_cpu_experimental_ynn_fusion_type` contains `LIBRARY_FUSION_TYPE_{}`",
-    "disable": "`xla_disable_hlo_passes` contains `{}`",
-    "scheduler": "`xla_cpu_scheduler_type` = `CPU_SCHEDULER_TYPE_{}` (one-hot)",
-}
+from xla_costmodel.collection import datasheet_configs as configs
+from xla_costmodel.tpugraphs import machine
 
 
 def load(folder: Path) -> list[dict[str, Any]]:
@@ -38,32 +36,18 @@ def _q(values: list[float], fmt: str = "{:.3f}") -> str:
     return " / ".join(fmt.format(q) for q in qs)
 
 
-def _column_rows() -> list[str]:
-    lines = ["| col | name | 1 means | default |", "|---|---|---|---|"]
-    default = xla_cpu.default_row()
-    for k, name in enumerate(xla_cpu.COLUMNS):
-        group, _, rest = name.partition("_")
-        if group in COLUMN_MEANING:
-            value = rest.upper() if group != "disable" else xla_cpu.PASSES[k - 5]
-            meaning = COLUMN_MEANING[group].format(value)
-        elif name == "use_fusion_emitters":
-            meaning = "`xla_cpu_use_fusion_emitters` = true"
-        else:
-            meaning = "`xla_cpu_copy_insertion_use_region_analysis` = true"
-        lines.append(f"| {k} | `{name}` | {meaning} | {int(default[k])} |")
-    return lines
-
-
 def _program_rows(ok: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| program | family | what | nodes | configs (failed) | default ms | best/default "
-        "| worst/best | distinct executables | noise | rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| program | family | spec (columns) | what | nodes | configs (failed) "
+        "| default ms | best/default | worst/best | distinct executables | noise "
+        "| rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in ok:
         distinct = len({h for h in s["optimized_hlo_sha1"] if h})
         lines.append(
-            f"| {s['name']} | {s['family']} | {s['description']} | {s['nodes']} | "
+            f"| {s['name']} | {s['family']} | {configs.spec_label(s)} | "
+            f"{s['description']} | {s['nodes']} | "
             f"{s['configs_measured']} ({len(s['compile_failures'])}) | {s['default_ms']:.2f} | "
             f"{s['best_over_default']:.3f} | {s['worst_over_best']:.2f} | {distinct} | "
             f"{100 * s['noise']:.1f} % | {s['rounds']} |"
@@ -86,23 +70,6 @@ def _family_rows(ok: list[dict[str, Any]]) -> list[str]:
             f"| {fam} | {len(members)} | {min(ms):.1f}-{max(ms):.1f} | {ratio:.3f} |"
         )
     return lines
-
-
-def best_single_config(ok: list[dict[str, Any]]) -> tuple[int, float, int] | None:
-    """The sampled row with the lowest geometric-mean runtime/default over the programs
-    that measured it: (row, geomean, programs). A reference point, chosen in-sample."""
-    logs: dict[int, list[float]] = {}
-    for s in ok:
-        default = s["config_runtime_ns"][0]
-        for row, ns in zip(s["rows"], s["config_runtime_ns"], strict=True):
-            logs.setdefault(row, []).append(float(np.log(ns / default)))
-    if not logs:
-        return None
-    full = max(len(v) for v in logs.values())
-    row = min(
-        (r for r, v in logs.items() if len(v) == full), key=lambda r: np.mean(logs[r])
-    )
-    return row, float(np.exp(np.mean(logs[row]))), full
 
 
 def _failures(sides: list[dict[str, Any]]) -> list[str]:
@@ -133,36 +100,13 @@ def _max_diff(side: dict[str, Any]) -> float:
     return max(diffs, default=0.0)
 
 
-def _option_effects(ok: list[dict[str, Any]]) -> list[str]:
-    """Per column: median over programs of geomean(runtime | bit 1) / geomean(bit 0)."""
-    lines = [
-        "| column | median effect of setting it (1 vs 0) | programs where it helps > 5 % |",
-        "|---|---|---|",
-    ]
-    for k, name in enumerate(xla_cpu.COLUMNS):
-        effects = []
-        for s in ok:
-            bits = xla_cpu.sample(max(s["rows"]) + 1, int(s["seed"]))[s["rows"], k]
-            logs = np.log(np.asarray(s["config_runtime_ns"], np.float64))
-            if bits.min() != bits.max():
-                effects.append(
-                    float(np.exp(logs[bits == 1].mean() - logs[bits == 0].mean()))
-                )
-        if effects:
-            helps = sum(e < 0.95 for e in effects)
-            lines.append(
-                f"| `{name}` | {np.median(effects):.3f} | {helps} of {len(effects)} |"
-            )
-    return lines
-
-
 def render(folder: Path) -> str:
     sides = load(folder)
     ok = [s for s in sides if s["status"] == "ok"]
     first = sides[0] if sides else {}
     out = [
         *_overview(ok, first),
-        *_spread(ok, first),
+        *_spread(ok),
         *_noise_and_protocol(folder, sides, ok, first),
         *_machine_and_failures(folder, sides, ok, first),
     ]
@@ -179,16 +123,20 @@ def _overview(ok: list[dict[str, Any]], first: dict[str, Any]) -> list[str]:
         "",
         "## What it is",
         f"{len(ok)} real JAX / keras programs in {len({s['family'] for s in ok})} architecture families, "
-        f"each compiled by XLA:CPU under {max((s['configs_measured'] for s in ok), default=0)} sampled "
-        f"compiler-option sets (spec `{xla_cpu.SPEC}`, row 0 = XLA's defaults) and measured on one core "
+        f"each compiled by XLA:CPU under up to {max((s['configs_measured'] for s in ok), default=0)} sampled "
+        "compiler-option sets (row 0 = XLA's defaults) and measured on one core "
         f"of one machine: {sum(s['configs_measured'] for s in ok)} (program, config) runtimes. "
+        f"Config specs: {configs.specs_held(ok) or 'none'}. "
         "Per program: `<name>.npz` in TpuGraphs format (`node_feat`, `node_opcode`, `edge_index`, "
-        "`node_splits` from the pre-optimization HLO; `config_feat` [C,17] float32; `config_runtime` "
-        "int64 ns; `config_runtime_normalizers` = the default config's runtime; `config_spec` = "
-        f'`"{xla_cpu.SPEC}"`), `<name>.hlo.txt` (pre-optimization HLO) and `<name>.json` (options per '
+        "`node_splits` from the pre-optimization HLO; `config_feat` [C,W] float32, W its spec's "
+        "columns; `config_runtime` int64 ns; `config_runtime_normalizers` = the default config's "
+        "runtime; `config_spec` = its spec), `<name>.hlo.txt` (pre-optimization HLO) and "
+        "`<name>.json` (spec and columns, options per "
         "row, compile failures, per-round minima, controls, hashes of the optimized HLO, machine, "
-        "versions, phase times). The same sampled rows (seed "
-        f"{first.get('seed')}) are used for every program, so a fixed option set can be compared across programs.",
+        "versions, phase times). The same sampled rows of a spec (seed "
+        f"{first.get('seed')}) are used for every program collected in it, so a fixed option set "
+        "can be compared across programs (across specs by content: an older spec's row is read "
+        "as today's, see below).",
         "",
         "## Programs and families",
         "Evaluation should hold out whole families. *noise* is the controls' disagreement (below); "
@@ -199,26 +147,13 @@ def _overview(ok: list[dict[str, Any]], first: dict[str, Any]) -> list[str]:
         "",
         *_program_rows(ok),
         "",
-        "## Configs: the `xla_cpu/1` columns",
-        "Every column is a 0/1 bit; only non-default options are passed to XLA "
-        "(`xla_cpu.to_options(default_row()) == {}`). The default ynn set {REDUCE, INDIVIDUAL_DOT, "
-        "INDIVIDUAL_CONVOLUTION} was determined by comparing optimized HLO under every subset with "
-        "the default compile. Sampling (`xla_cpu.sample`): each ynn bit p=0.5, each pass disabled "
-        "p=0.2, scheduler uniform, fusion emitters off p=0.25, region analysis on p=0.3; rows distinct.",
-        "",
-        *_column_rows(),
-        "",
-        "Left out: `xla_cpu_enable_fast_math` (changes numerics); `xla_cpu_max_isa`, "
-        "`xla_cpu_prefer_vector_width`, `xla_cpu_use_xnnpack`, the xnn fusion options (no change to "
-        "the optimized HLO or runtime in probes); `dot_decomposer` (can fail to compile).",
-        "",
+        *configs.section(),
     ]
 
 
-def _spread(ok: list[dict[str, Any]], first: dict[str, Any]) -> list[str]:
+def _spread(ok: list[dict[str, Any]]) -> list[str]:
     """How much the configs change runtimes, and which options matter."""
-    single = best_single_config(ok)
-    out = [
+    return [
         "## Runtime spread",
         "Quantiles (min / 25 % / median / 75 % / max) over programs:",
         "",
@@ -229,22 +164,14 @@ def _spread(ok: list[dict[str, Any]], first: dict[str, Any]) -> list[str]:
         f"{sum(s['best_over_default'] < 0.95 for s in ok)} of {len(ok)}",
         f"- distinct optimized-HLO texts among the configs, per program: "
         f"{_q([len({h for h in s['optimized_hlo_sha1'] if h}) for s in ok], '{:.0f}')}",
-    ]
-    if single is not None:
-        row, geo, n = single
-        out.append(
-            f"- the single sampled option set with the best geometric mean over all {n} programs "
-            f"(row {row}, chosen in-sample, so optimistic): {geo:.3f} x default; its options: "
-            f"`{xla_cpu.to_options(xla_cpu.sample(row + 1, int(first.get('seed', 0)))[row])}`"
-        )
-    out += [
+        *configs.best_single_line(ok),
         "",
         "Which options matter (runtime ratio of configs with the bit set to those without, "
-        "geometric means within a program, median over programs; < 1 = faster):",
+        "geometric means within a program, median over programs; < 1 = faster; "
+        "programs of any spec, each where the bit varied):",
         "",
-        *_option_effects(ok),
+        *configs.option_effects(ok),
     ]
-    return out
 
 
 def _noise_and_protocol(
@@ -286,7 +213,7 @@ def _noise_and_protocol(
         "bracketed in an fsync'ed journal; `costmodel collect` runs a worker process and restarts "
         "it after a crash, and the new worker leaves the crashed config out (recorded as a compile "
         "failure). In a first attempt, `ynn_eltwise` together with `disable_algsimp` crashed 3 of "
-        "10 such configs on keras ResNet50, so `xla_cpu.sample` never draws that pair. "
+        "10 such configs on keras ResNet50, so the samplers never draw that pair. "
         f"Restarts in this run: {_restarts(folder)}. Each config's first run is also compared with "
         "the default's output: largest relative difference over all configs, per program "
         f"(min / 25 % / median / 75 % / max): {_q([_max_diff(s) for s in ok], '{:.1e}')}.",
@@ -323,6 +250,9 @@ def _machine_and_failures(
         "",
         "Compile failures (count x error: options):",
         *_failures(sides),
+        "",
+        "Columns the collecting jaxlib rejected (`compiler_space`):",
+        *configs.skipped_lines(sides),
         "",
         *_other_cpu(folder, ok),
     ]

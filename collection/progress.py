@@ -8,7 +8,7 @@ the worker (which logs each program), so neither imports the other for it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,25 @@ def make_log(path: Path) -> Log:
     return log
 
 
-def pending(programs: Sequence[Program], out: Path) -> list[Program]:
-    """Programs without a sidecar in ``out`` (a resumed run skips the others)."""
-    return [p for p in programs if not record.is_done(out, p.name)]
+def pending(
+    programs: Sequence[Program],
+    out: Path,
+    spec: str,
+    recollect: Collection[str] = (),
+) -> list[Program]:
+    """Programs without a sidecar in ``out`` (a resumed run skips the others), and
+    those named in ``recollect`` whose sidecar is of another spec than ``spec``.
+
+    A folder may hold files of several specs: a run leaves another spec's files
+    alone unless its caller names the programs to collect again (``collect
+    --programs``), so a default run never replaces a whole folder's older files.
+    """
+    return [
+        p
+        for p in programs
+        if not record.is_done(out, p.name)
+        or (p.name in recollect and record.recorded_spec(out, p.name) != spec)
+    ]
 
 
 def summary_line(side: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 
 Each file is written to a temporary name and renamed, and the sidecar is written
 last: a program whose ``<name>.json`` exists is complete (measured or dropped), which
-is what a resumed collection skips.
+is what a resumed collection skips (unless asked to collect it again in another
+spec: ``recorded_spec``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.hlo.featurize import HloGraph
 
 
@@ -26,6 +26,13 @@ def sidecar_path(out: Path, name: str) -> Path:
 
 def is_done(out: Path, name: str) -> bool:
     return sidecar_path(out, name).is_file()
+
+
+def recorded_spec(out: Path, name: str) -> str | None:
+    """The config spec of the program's finished files (None: none finished)."""
+    if not is_done(out, name):
+        return None
+    return str(json.loads(sidecar_path(out, name).read_text()).get("spec"))
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -38,11 +45,15 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def npz_bytes(
-    graph: HloGraph, rows: npt.NDArray[np.float32], runtimes_ns: npt.NDArray[np.int64]
+    graph: HloGraph,
+    rows: npt.NDArray[np.float32],
+    runtimes_ns: npt.NDArray[np.int64],
+    spec: str,
 ) -> bytes:
-    """The xla_cpu/1 TpuGraphs file: graph arrays, configs, runtimes, normalisers.
+    """The xla_cpu TpuGraphs file: graph arrays, configs (rows [C, W] of ``spec``),
+    runtimes, normalisers.
 
-    Row 0 is the default config; every row's normaliser is its runtime.
+    Row 0 is the default config; every row's normaliser is row 0's runtime.
     """
     buf = io.BytesIO()
     np.savez(
@@ -54,7 +65,7 @@ def npz_bytes(
         config_feat=np.asarray(rows, np.float32),
         config_runtime=np.asarray(runtimes_ns, np.int64),
         config_runtime_normalizers=np.full(len(rows), runtimes_ns[0], np.int64),
-        config_spec=np.array(xla_cpu.SPEC),
+        config_spec=np.array(spec),
     )
     return buf.getvalue()
 

@@ -1,6 +1,11 @@
 """One collection run, in ``costmodel collect``'s child process: programs one at a
 time, compile all configs, then measure.
 
+The rows are drawn once per run (``specs.sampled``: the spec's sample, less the rows
+setting a column this jaxlib rejects) and each is compiled through
+``compile_options.compile_with`` (``probe.compile_one``), so a row's
+``xla_backend_extra_options`` entries reach its compile and no other.
+
 Imports jax at import time: only the collect command's worker and tests import it.
 """
 
@@ -11,7 +16,7 @@ import gc
 import platform
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -21,22 +26,23 @@ import jax
 import numpy as np
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from xla_costmodel.clients.xla import probe
+from xla_costmodel.clients.xla import probe, spec_rows
 from xla_costmodel.clients.xla.measure import (
     Measurement,
     TimingProtocol,
     disagreement,
     measure,
 )
-from xla_costmodel.collection import record
+from xla_costmodel.collection import record, specs
 from xla_costmodel.collection.progress import make_log, pending, summary_line
+from xla_costmodel.collection.specs import SampledRows
 from xla_costmodel.collection.zoo import Program
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import machine
 from xla_costmodel.tpugraphs.hlo.featurize import HloGraph, featurize_hlo
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
-Options = dict[str, xla_cpu.OptionValue]
 # Test hook: (index, options) -> options actually compiled (e.g. to force a failure).
-OptionsHook = Callable[[int, Options], Options]
+OptionsHook = Callable[[int, CompilerOptions], CompilerOptions]
 # Starts of one program after which a program that keeps crashing is dropped.
 MAX_ATTEMPTS = 4
 
@@ -59,30 +65,34 @@ def run_collection(  # noqa: PLR0913 -- keyword-only options, collect's flags
     seed: int,
     protocol: TimingProtocol,
     time_budget: float,
+    spec: str = specs.TODAY,
+    recollect: Collection[str] = (),
     controls: int = 2,
     compile_cpus: Sequence[int] | None = None,
     pinned: Sequence[int] | None = None,
     options_hook: OptionsHook | None = None,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """Collect every pending program into ``out``; returns their sidecars."""
+    """Collect every pending program into ``out`` in ``spec``; returns their sidecars.
+
+    Pending: no sidecar yet, or named in ``recollect`` with a sidecar of another
+    spec (``progress.pending``).
+    """
     out.mkdir(parents=True, exist_ok=True)
     log = make_log(out / "progress.log")
-    rows = xla_cpu.sample(configs, seed)
-    todo = pending(programs, out)
+    todo = pending(programs, out, spec, recollect)
     log(
-        f"start: {len(todo)} of {len(programs)} programs pending, {configs} configs, "
-        f"pinned to {list(pinned or [])}, load {machine.load_average()}"
+        f"start: {len(todo)} of {len(programs)} programs pending, spec {spec}, "
+        f"{configs} configs, pinned to {list(pinned or [])}, "
+        f"load {machine.load_average()}"
     )
+    if not todo:
+        log("done: nothing pending")
+        return []
     started = time.monotonic()
+    rows = specs.sampled(spec, configs, seed, log)  # probes this jaxlib once
     sides: list[dict[str, Any]] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        disable=not progress,
-    ) as bar:
+    with _bar(progress) as bar:
         task = bar.add_task("collect", total=len(todo))
         for i, program in enumerate(todo):
             bar.update(task, description=program.name)
@@ -108,6 +118,16 @@ def run_collection(  # noqa: PLR0913 -- keyword-only options, collect's flags
     return sides
 
 
+def _bar(shown: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        disable=not shown,
+    )
+
+
 def _replace_budget(protocol: TimingProtocol, budget: float) -> TimingProtocol:
     return replace(protocol, budget_s=min(protocol.budget_s, budget))
 
@@ -115,7 +135,7 @@ def _replace_budget(protocol: TimingProtocol, budget: float) -> TimingProtocol:
 def collect_program(
     program: Program,
     out: Path,
-    rows: np.ndarray[Any, np.dtype[np.float32]],
+    rows: SampledRows,
     protocol: TimingProtocol,
     *,
     seed: int,
@@ -128,7 +148,7 @@ def collect_program(
     """Build, featurize, compile and measure one program; write its files."""
     phase: dict[str, float] = {}
     t = time.monotonic()
-    side = _header(program, seed, compile_cpus, pinned)
+    side = _header(program, seed, compile_cpus, pinned) | rows.record()
     fn, args = program.build()
     phase["build"] = time.monotonic() - t
     t = time.monotonic()
@@ -138,7 +158,7 @@ def collect_program(
     phase["lower_featurize"] = time.monotonic() - t
     side |= {"nodes": graph.num_nodes, "edges": len(graph.edge_index)}
     t = time.monotonic()
-    options: list[Options] = [xla_cpu.to_options(r) for r in rows]
+    options = [spec_rows.options(r, rows.spec) for r in rows.rows]
     if options_hook is not None:
         options = [options_hook(i, o) for i, o in enumerate(options)]
     n = len(options)
@@ -148,7 +168,7 @@ def collect_program(
     journal.mark("attempt")
     entries = probe.compile_and_probe(
         lowered,
-        [*options, *probe.CONTROL_OPTIONS[:controls]],
+        [*options, *probe.controls(controls)],
         args,
         journal,
         compile_cpus,
@@ -157,7 +177,7 @@ def collect_program(
     phase["compile"] = time.monotonic() - t
     log(f"{program.name}: compiled {n} + {controls} in {phase['compile']:.1f} s")
     ok = [k for k, c in enumerate(compiled) if c.executable is not None]
-    side |= _compile_record(compiled, ctrl, options)
+    side |= _compile_record(compiled, ctrl, options, rows.index)
     runners, defaults = _runners(compiled, ctrl, ok, args)
     rng = np.random.default_rng([seed, zlib.crc32(program.name.encode())])
     t = time.monotonic()
@@ -198,8 +218,6 @@ def _header(
         "name": program.name,
         "family": program.family,
         "description": program.description,
-        "spec": xla_cpu.SPEC,
-        "columns": list(xla_cpu.COLUMNS),
         "seed": seed,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "versions": versions(),
@@ -211,12 +229,17 @@ def _header(
 
 
 def _compile_record(
-    compiled: list[probe.Compiled], ctrl: list[probe.Compiled], options: list[Options]
+    compiled: list[probe.Compiled],
+    ctrl: list[probe.Compiled],
+    options: list[CompilerOptions],
+    index: Sequence[int],
 ) -> dict[str, Any]:
-    """Compile failures, and whether the controls compiled to row 0's executable."""
+    """Compile failures (by sample row), and whether the controls compiled to row
+    0's executable."""
     return {
+        "compiled_rows": list(index),  # the sample row of each compile below
         "compile_failures": [
-            {"row": k, "options": options[k], "error": compiled[k].error}
+            {"row": index[k], "options": options[k].flat(), "error": c.error}
             for k, c in enumerate(compiled)
             if c.executable is None
         ],
@@ -297,9 +320,9 @@ def _outcome(
     m: Measurement | None,
     protocol: TimingProtocol,
     graph: HloGraph,
-    rows: np.ndarray[Any, np.dtype[np.float32]],
+    rows: SampledRows,
     ok: list[int],
-    options: list[Options],
+    options: list[CompilerOptions],
     defaults: list[int],
 ) -> bytes | None:
     """Mark ``side`` dropped or add its summary; the npz bytes when kept."""
@@ -315,31 +338,34 @@ def _outcome(
     runtimes = m.normalised_ns[: len(ok)].copy()
     # Row 0 is the default config; its runtime is the median of its copies.
     runtimes[0] = int(np.median(m.normalised_ns[defaults]))
-    side |= _summary(runtimes, ok, options, m, defaults)
-    return record.npz_bytes(graph, rows[ok], runtimes)
+    measured = [rows.index[k] for k in ok]
+    side |= _summary(runtimes, measured, [options[k] for k in ok], m, defaults)
+    return record.npz_bytes(graph, rows.rows[ok], runtimes, rows.spec.SPEC)
 
 
 def _summary(
     runtimes: np.ndarray[Any, np.dtype[np.int64]],
-    ok: list[int],
-    options: list[Options],
+    measured: list[int],
+    options: list[CompilerOptions],
     m: Measurement,
     defaults: list[int],
 ) -> dict[str, Any]:
+    """The sidecar fields of a kept program; ``measured``: the sample row of each
+    npz row, ``options`` its options."""
     best = int(runtimes.min())
     return {
         "status": "ok",
-        "rows": ok,  # sampled row index of each npz row
-        "options": [options[k] for k in ok],
+        "rows": measured,  # the spec's sample row of each npz row
+        "options": [o.flat() for o in options],
         "config_runtime_ns": runtimes.tolist(),
-        "round_min_ns": m.round_min_ns[: len(ok)].tolist(),
+        "round_min_ns": m.round_min_ns[: len(measured)].tolist(),
         "default_copies_ns": m.median_ns[defaults].tolist(),
-        "configs_measured": len(ok),
+        "configs_measured": len(measured),
         "rounds": m.rounds,
         "noise": disagreement(m.median_ns[defaults]),
         "default_ms": runtimes[0] / 1e6,
         "best_ms": best / 1e6,
-        "best_row": ok[int(runtimes.argmin())],
+        "best_row": measured[int(runtimes.argmin())],
         "best_over_default": best / int(runtimes[0]),
         "worst_over_best": int(runtimes.max()) / best,
     }

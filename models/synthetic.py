@@ -15,7 +15,7 @@ features and graph features, times ``exp(noise * N(0,1))``.
 * layout: each configurable node prefers its default most-minor dim (node feature 134);
   a config pays, per node and weighted by the node's log element count,
   ``|output_layout[0] - preferred|`` (1.5 when the compiler chooses, -1).
-* xla_cpu: configs are ``xla_cpu.sample`` rows (distinct, config 0 the default, whose
+* xla_cpu: configs are ``xla_cpu2.sample`` rows (distinct, config 0 the default, whose
   runtime is the normaliser, as the collector writes them); each program prefers one
   option set, drawn with its seed, and runtime grows with the share of option bits a
   config sets otherwise. ``config_spec`` names the encoding.
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 from xla_costmodel.tpugraphs.collections import (
     LAYOUT,
     TILE,
@@ -183,9 +183,9 @@ def make_xla_cpu_arrays(
 ) -> Arrays:
     rng = np.random.default_rng(seed)
     graph, _ = _graph(rng, num_nodes)
-    config = xla_cpu.sample(num_configs, seed)  # distinct rows, row 0 the default
+    config = xla_cpu2.sample(num_configs, seed)  # distinct rows, row 0 the default
     if signal:
-        preferred = xla_cpu.sample(2, int(rng.integers(2**31)))[1]
+        preferred = xla_cpu2.sample(4, int(rng.integers(2**31)))[3]
         cost = 1.0 + 0.5 * (config != preferred).mean(1)
     else:
         cost = rng.uniform(1.0, 3.0, num_configs)
@@ -196,7 +196,7 @@ def make_xla_cpu_arrays(
         "config_feat": config,
         "config_runtime": runtime,
         "config_runtime_normalizers": np.full(num_configs, runtime[0], np.int64),
-        CONFIG_SPEC_KEY: np.array(xla_cpu.SPEC),
+        CONFIG_SPEC_KEY: np.array(xla_cpu2.SPEC),
     }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import machine, xla_cpu2
 from xla_costmodel.tpugraphs.collections import XLA_CPU
 from xla_costmodel.tpugraphs.labels import normalised_medians
 from xla_costmodel.tpugraphs.reader import load_npz
@@ -29,7 +29,7 @@ class Program:
     name: str
     family: str
     path: Path
-    configs: F32  # [C, xla_cpu.WIDTH], row 0 the default
+    configs: F32  # [C, xla_cpu2.WIDTH], row 0 the default
     runtimes: F64  # [C] ns: median over rounds, each round normalised by its speed
     noise: float  # how far the default's separately compiled copies disagreed
     round_min: I64 | None  # [C, R] per-round minima (single measurements), if kept
@@ -74,7 +74,7 @@ def _load_folder(data: Path) -> list[Program]:
         if not isinstance(side, dict) or side.get("status") != "ok" or not npz.exists():
             continue
         sample = load_npz(npz, XLA_CPU.name)
-        if not np.array_equal(sample.configs[0], xla_cpu.default_row()):
+        if not np.array_equal(sample.configs[0], xla_cpu2.default_row()):
             raise ValueError(f"{npz}: row 0 is not the default config")
         rounds = side.get("round_min_ns")
         round_min = np.asarray(rounds, np.int64) if rounds is not None else None

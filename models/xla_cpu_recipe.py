@@ -6,7 +6,7 @@ shipped artifact.
 
 The dataset holds one folder per target (CPU), each with zoo programs of a dozen
 architecture families measured under the same sampled option sets
-(``xla_cpu.sample``, row 0 the default). The model trains on every target pooled
+(``xla_cpu2.sample``, row 0 the default). The model trains on every target pooled
 (targets are runtime / the program's default on its own CPU). Programs of one
 family share most of their HLO, so a split by program would score the model on
 near-copies of what it trained on. Each **family** fold holds out one whole family
@@ -64,7 +64,7 @@ from xla_costmodel.models.xla_cpu_programs import (
     write_seeds,
 )
 from xla_costmodel.paths import existing
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 from xla_costmodel.tpugraphs.collections import XLA_CPU
 from xla_costmodel.tpugraphs.metrics import mean_metrics
 
@@ -112,7 +112,7 @@ def program_row(program: Program, scores: F64, row: F32) -> dict[str, Any]:
         "default": metrics.default_baseline(targets, 1.0),
         "random": metrics.random_baseline(targets),
         "fixed": metrics.default_baseline(targets, fixed),
-        "fixed_is_default": bool(np.array_equal(row, xla_cpu.default_row())),
+        "fixed_is_default": bool(np.array_equal(row, xla_cpu2.default_row())),
     }
 
 
@@ -168,7 +168,7 @@ def cv_report(
                 "fold_seconds": {f.family: f.seconds for f in folds},
                 "fixed": {
                     f.family: {
-                        "options": xla_cpu.to_options(f.fixed_row),
+                        "options": xla_cpu2.to_options(f.fixed_row).flat(),
                         "train_geomean": round(f.fixed_train_geomean, 4),
                     }
                     for f in folds

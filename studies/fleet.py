@@ -21,7 +21,11 @@ its family), with:
 - ``fixed``: the one option set with the best geometric-mean runtime over the ``h``
   earlier programs (all their collected configs: generous to the baseline), applied
   as is, unmeasured, as a user applies one set everywhere (the default at h = 0);
-- ``oracle``: the program's best collected config.
+- ``oracle``: the program's best collected config (``oracle_v1``: the best of those
+  ``xla_cpu/1`` can express, the loop threshold at its default).
+
+``--spec xla_cpu/1`` replays the older space on the same data: every program keeps
+only the rows that spec can express (the no-regression check of ``xla_cpu/2``).
 
 Round measurements are drawn from the collected rounds (``fleet_tuner``); the
 decision's pairs from the noise model fitted to the collected controls
@@ -60,6 +64,7 @@ from xla_costmodel.studies.fleet_tuner import (
     tune_model,
     tune_random,
 )
+from xla_costmodel.tpugraphs import xla_cpu2
 from xla_costmodel.tpugraphs.knowledge import (
     FOREIGN_TRUST,
     Knowledge,
@@ -77,8 +82,8 @@ ORDERS = 20
 RANDOM_DRAWS = 4  # random runs per (order, program, budget)
 
 
-def targets(data: Path) -> dict[str, list[SimProgram]]:
-    return {d.name: load_target(d) for d in sorted(data.iterdir()) if d.is_dir()}
+def targets(data: Path, spec: str = xla_cpu2.SPEC) -> dict[str, list[SimProgram]]:
+    return {d.name: load_target(d, spec) for d in sorted(data.iterdir()) if d.is_dir()}
 
 
 def fixed_row(history: Sequence[SimProgram]) -> F32 | None:
@@ -144,7 +149,7 @@ class Order:
         self.order = [programs[i] for i in rng.permutation(len(programs))]
 
     def prior(self, p: SimProgram) -> F32 | None:
-        return None if self.priors is None else self.priors[p.name]
+        return None if self.priors is None else self.priors[p.name][p.rows]
 
     def fleets(self, runs: Runs) -> dict[str, ProgramRecord]:
         """The first fleet along the order, then the second (reuse) after it."""
@@ -228,6 +233,7 @@ class Order:
                     )
                 runs.fixed[h].append(fixed_speedup(p, fixed_row(history)))
                 runs.oracle[h].append(float(p.runtimes[0] / p.runtimes.min()))
+                runs.oracle_v1[h].append(p.oracle_v1)
 
 
 def simulate_target(
@@ -269,10 +275,11 @@ def simulate(
     budgets: Sequence[int] = BUDGETS,
     priors: dict[str, dict[str, F32]] | None = None,
     progress: Callable[[str], None] | None = None,
+    spec: str = xla_cpu2.SPEC,
 ) -> dict[str, Any]:
     start = time.monotonic()
-    found = targets(data)
-    result: dict[str, Any] = {"budgets": list(budgets), "targets": {}}
+    found = targets(data, spec)
+    result: dict[str, Any] = {"budgets": list(budgets), "targets": {}, "spec": spec}
     for name, programs in found.items():
         if len(programs) < 2:
             continue

@@ -34,6 +34,7 @@ class Runs:
     fixed: dict[int, list[float]]
     oracle: dict[int, list[float]]
     reuse: dict[str, list[float]]
+    oracle_v1: dict[int, list[float]]
 
     @classmethod
     def empty(cls, histories: Sequence[int], budgets: Sequence[int]) -> Runs:
@@ -43,6 +44,7 @@ class Runs:
             {h: [] for h in histories},
             {h: [] for h in histories},
             defaultdict(list),
+            {h: [] for h in histories},
         )
 
 
@@ -52,6 +54,31 @@ def geomean(values: Sequence[float]) -> float:
 
 def _random_at(runs: Runs, keys: Sequence[tuple[int, str]], k: int) -> float:
     return geomean([geomean(runs.random[(o, n, k)]) for o, n in keys])
+
+
+def _row(
+    runs: Runs, h: int, k: int, r: Sequence[ModelRun], keys: Sequence[tuple[int, str]]
+) -> dict[str, Any]:
+    """One (history, budget) row: the model's runs ``r`` against the baselines."""
+    speed = [s for _, _, s, *_ in r]
+    kept = [s for _, _, s, kept, *_ in r if kept]
+    draws = [s for key in keys for s in runs.random[(*key, k)]]
+    return {
+        "history": h,
+        "K": k,
+        "model": geomean(speed),
+        "random": _random_at(runs, keys, k),
+        "fixed": geomean(runs.fixed[h]),
+        "oracle": geomean(runs.oracle[h]),
+        "oracle_v1": geomean(runs.oracle_v1[h]),
+        "regressions": float(np.mean([1 / s - 1 > REGRESSION for s in speed])),
+        "random_regressions": float(np.mean([1 / s - 1 > REGRESSION for s in draws])),
+        "kept": len(kept) / len(r),
+        "slower_of_kept": float(np.mean([s < 1 for s in kept])) if kept else 0.0,
+        "pairs": float(np.mean([x[4] for x in r])),
+        "compiles": float(np.mean([x[5] for x in r])),
+        "runs": len(r),
+    }
 
 
 def summarize(
@@ -65,32 +92,7 @@ def summarize(
             if not r:
                 continue
             keys = [(o, n) for o, n, *_ in r]
-            speed = [s for _, _, s, *_ in r]
-            kept = [s for _, _, s, kept, *_ in r if kept]
-            draws = [s for key in keys for s in runs.random[(*key, k)]]
-            rows.append(
-                {
-                    "history": h,
-                    "K": k,
-                    "model": geomean(speed),
-                    "random": _random_at(runs, keys, k),
-                    "fixed": geomean(runs.fixed[h]),
-                    "oracle": geomean(runs.oracle[h]),
-                    "regressions": float(
-                        np.mean([1 / s - 1 > REGRESSION for s in speed])
-                    ),
-                    "random_regressions": float(
-                        np.mean([1 / s - 1 > REGRESSION for s in draws])
-                    ),
-                    "kept": len(kept) / len(r),
-                    "slower_of_kept": float(np.mean([s < 1 for s in kept]))
-                    if kept
-                    else 0.0,
-                    "pairs": float(np.mean([x[4] for x in r])),
-                    "compiles": float(np.mean([x[5] for x in r])),
-                    "runs": len(r),
-                }
-            )
+            rows.append(_row(runs, h, k, r, keys))
         if keys:
             points = [(k, _random_at(runs, keys, k)) for k in curve]
             for k in MATCH_AT:
@@ -206,15 +208,16 @@ def prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], No
 
 def format_result(result: dict[str, Any]) -> str:
     lines = [
-        "| target | programs | h | K | model | random | fixed | oracle | regressions | pairs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| target | programs | h | K | model | random | fixed | oracle | oracle xla_cpu/1 | regressions | pairs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, t in result["targets"].items():
         for r in t["by_history"]:
             lines.append(
                 f"| {name} | {t['programs']} | {r['history']} | {r['K']} | "
                 f"{r['model']:.3f} | {r['random']:.3f} | {r['fixed']:.3f} | "
-                f"{r['oracle']:.3f} | {r['regressions']:.1%} | {r['pairs']:.1f} |"
+                f"{r['oracle']:.3f} | {r['oracle_v1']:.3f} | {r['regressions']:.1%} | "
+                f"{r['pairs']:.1f} |"
             )
     lines += [
         "",

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from xla_costmodel.clients.xla import decide, policy
 from xla_costmodel.models import xla_cpu_programs
 from xla_costmodel.studies.fleet_noise import PairNoise, sidecar_residuals
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.blend import Measured, blend
 from xla_costmodel.tpugraphs.collections import XLA_CPU
 from xla_costmodel.tpugraphs.knowledge import (
@@ -45,23 +46,41 @@ class SimProgram:
     rounds: npt.NDArray[np.int64]  # [C, R] per-round minima
     summary: F64
     residuals: F64 = field(default_factory=lambda: np.zeros(0))  # fleet_noise
+    # The file's rows this program keeps ([C] indices): all of them, or the ones an
+    # older spec can express (``load_target(spec=...)``); priors are indexed by it.
+    rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def oracle_v1(self) -> float:
+        """The best speedup among the rows ``xla_cpu/1`` can express (threshold at
+        its default): what the older space offered on the same measurements."""
+        v1 = self.configs[:, xla_cpu2.V1_WIDTH] == 1.0
+        return float(self.runtimes[0] / self.runtimes[v1].min())
 
 
-def load_target(folder: Path) -> list[SimProgram]:
+def load_target(folder: Path, spec: str = xla_cpu2.SPEC) -> list[SimProgram]:
+    """The target's measured programs; with ``spec="xla_cpu/1"`` each keeps only the
+    rows that spec can express (the tuner of the older space on the same data)."""
+    if spec not in (xla_cpu2.SPEC, xla_cpu.SPEC):
+        raise ValueError(f"unknown spec {spec!r}")
     out = []
     for p in xla_cpu_programs.load_programs(folder):
         if p.round_min is None:
             continue
+        keep = np.arange(len(p.configs))
+        if spec == xla_cpu.SPEC:
+            keep = np.flatnonzero(p.configs[:, xla_cpu2.V1_WIDTH] == 1.0)
         graph = load_npz(p.path, XLA_CPU.name).graph
         out.append(
             SimProgram(
                 p.name,
                 p.family,
-                p.configs,
-                p.runtimes,
-                p.round_min,
+                p.configs[keep],
+                p.runtimes[keep],
+                p.round_min[keep],
                 summarize(graph.node_opcode),
                 sidecar_residuals(p.path),
+                keep,
             )
         )
     return out

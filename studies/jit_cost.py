@@ -37,15 +37,16 @@ from xla_costmodel.clients import CostModelClient, Decision, Hlo, prepare_graph
 from xla_costmodel.clients.xla.reuse import fingerprint
 from xla_costmodel.studies.real_fleet import COMMAND
 from xla_costmodel.studies.reuse import token
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import machine, xla_cpu2
 
 OUT = Path("studies/results/jit_cost.json")
 LAYERS = (250, 1000, 1700)
 REPEATS = 2
 MODEL = "xla_cpu"
-# The decided row: the default with CSE disabled (a valid, sampled row).
-ROW = xla_cpu.default_row()
-ROW[xla_cpu.COLUMNS.index("disable_cse")] = 1.0
+# The decided row (``xla_cpu/2``): the default with CSE disabled (a valid, sampled
+# row).
+ROW = xla_cpu2.default_row()
+ROW[xla_cpu2.COLUMNS.index("disable_cse")] = 1.0
 # The program, built the same way here and in each fresh process.
 PROGRAM = """
 import jax, jax.numpy as jnp
@@ -106,7 +107,7 @@ def decide(url: str, secret: str, layers: int) -> dict[str, Any]:
             MODEL,
             graph,
             np.asarray(pairs[0], np.int64),
-            configs=np.stack([xla_cpu.default_row(), ROW]),
+            configs=np.stack([xla_cpu2.default_row(), ROW]),
             target=target,
             compiler=compiler,
         )
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "cpu": machine.describe(),
         "compiler": machine.compiler(),
-        "row": xla_cpu.to_options(ROW),
+        "row": xla_cpu2.to_options(ROW).flat(),
         "rows": rows,
     }
     opts.out.parent.mkdir(parents=True, exist_ok=True)

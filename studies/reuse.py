@@ -130,7 +130,7 @@ def main() -> None:
             }
             for i, name in enumerate(programs):
                 a, b = first[name], second[name]
-                speed = remeasure(
+                speed, _ = remeasure(
                     name, {"a": a["compiler_options"], "b": b["compiler_options"]}, i
                 )
                 jitted = jit_once(name, server.url)

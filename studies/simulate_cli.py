@@ -17,6 +17,7 @@ from rich.console import Console
 from xla_costmodel import paths
 from xla_costmodel.studies import fleet
 from xla_costmodel.studies import fleet_report as report
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 
 NEEDS_DATA = (
     "costmodel simulate replays measured runtimes: pass --data DIR, one folder per "
@@ -66,9 +67,17 @@ PriorOption = Annotated[
     ),
 ]
 RunsOption = Annotated[Path, typer.Option("--runs")]
+SpecOption = Annotated[
+    str,
+    typer.Option(
+        "--spec",
+        help="xla_cpu/2 (every collected row) or xla_cpu/1 (only the rows it can "
+        "express: the older space on the same data).",
+    ),
+]
 
 
-def simulate(
+def simulate(  # noqa: PLR0913 -- typer: one parameter per command-line option
     quick: QuickOption = False,
     json_: JsonOption = False,
     budgets: BudgetsOption = ",".join(map(str, fleet.BUDGETS)),
@@ -79,6 +88,7 @@ def simulate(
     plot: PlotOption = None,
     prior: PriorOption = True,
     runs: RunsOption = paths.RUNS / "xla_cpu" / "cv",
+    spec: SpecOption = xla_cpu2.SPEC,
 ) -> None:
     """Fleet simulation: tuning each target's programs after others were tuned."""
     data = dataset(data)
@@ -87,6 +97,10 @@ def simulate(
         typer.echo(NEEDS_TORCH, err=True)
         raise typer.Exit(1)
     ks = parse_budgets(budgets)
+    if spec not in (xla_cpu.SPEC, xla_cpu2.SPEC):
+        raise typer.BadParameter(
+            f"{xla_cpu2.SPEC} or {xla_cpu.SPEC}, got {spec!r}", param_hint="--spec"
+        )
     found = None if quick or not prior else fleet.priors(data, runs, console)
     result = fleet.simulate(
         data,
@@ -96,6 +110,7 @@ def simulate(
         budgets=ks,
         priors=found,
         progress=None if json_ else console.print,
+        spec=spec,
     )
     result["prior"] = found is not None
     if out is not None:

@@ -326,8 +326,13 @@ EXAMPLES: dict[str, list[str] | None] = {
     "fleet_tokens.py": ["--budget", "2"],
     "tune_programs.py": None,
     "fleet_programs.py": None,
+    "loop_programs.py": None,
 }
-BUILDERS = {"tune_programs.py": "my_program", "fleet_programs.py": "conv_strided"}
+BUILDERS = {
+    "tune_programs.py": "my_program",
+    "fleet_programs.py": "conv_strided",
+    "loop_programs.py": "seir",
+}
 
 
 def test_every_example_is_run_here() -> None:

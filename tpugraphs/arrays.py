@@ -204,10 +204,24 @@ def make_configs(
     )
     key = key or specs[0].config_key
     nc = graph.num_configurable
-    out = _floats(value, key, *(c.config_shape(nc) for c in specs))
+    out = _floats(value, key, *(s for c in specs for s in c.config_shapes(nc)))
     if out.shape[0] == 0:
         raise GraphFormatError(key, "no configs given")
-    return out
+    # An older spec's rows (xla_cpu/1's 17 columns) become today's here, once.
+    spec = next(c for c in specs if out.shape[1:] in c.config_shapes(nc))
+    return spec.upgrade(out)
+
+
+def _check_spec_width(spec: CollectionSpec, arrays: Mapping[str, Any]) -> None:
+    """A file's rows have its declared spec's width (an xla_cpu/2 file of 17-wide
+    rows is refused, not silently read as xla_cpu/1)."""
+    declared = str(np.asarray(arrays[CONFIG_SPEC_KEY]))
+    width = spec.spec_width(declared)
+    got = np.shape(arrays[spec.config_key])
+    if len(got) >= 2 and got[-1] != width:
+        raise GraphFormatError(
+            spec.config_key, f"{declared} rows have {width} columns, got {got[-1]}"
+        )
 
 
 def sample_from_arrays(
@@ -222,6 +236,7 @@ def sample_from_arrays(
                 raise GraphFormatError(key, "missing")
         if spec.config_spec is not None:
             spec.check_config_spec(arrays[CONFIG_SPEC_KEY])
+            _check_spec_width(spec, arrays)
         graph = make_graph(
             arrays["node_feat"],
             arrays["node_opcode"],

@@ -8,13 +8,17 @@ instead of comparing names::
     name     configs                           runtimes        default config   metrics
     tile     config_feat [C,24]                / normaliser    runtime == norm  top-K slowdown
     layout   node_config_feat [C,NC,18]        raw ns          not marked       tau, slowdown@K
-    xla_cpu  config_feat [C,xla_cpu.WIDTH]     / normaliser    runtime == norm  tau, top-K slowdown
+    xla_cpu  config_feat [C,xla_cpu2.WIDTH]    / normaliser    runtime == norm  tau, top-K slowdown
 
 ``per_node`` collections configure each configurable node of a graph (the graph has
 ``node_config_ids``, the encoder also returns a context per such node, a config is
 [NC, width]); the others configure the whole program with one row. A file names its
 collection by its keys (``infer``): ``config_spec`` (a versioned encoding, e.g.
-``"xla_cpu/1"``), else ``node_config_feat`` (layout), else tile. numpy only.
+``"xla_cpu/2"``), else ``node_config_feat`` (layout), else tile. A collection whose
+spec grew (``xla_cpu/1`` -> ``xla_cpu/2``) still reads the older rows: ``older``
+names each earlier spec with its width and the upgrade that gives the same configs
+in today's rows, applied wherever a config batch is read (``arrays.make_configs``:
+files, requests), so everything past that point sees one width. numpy only.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any, Final, get_args
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.config_json import (
     TILE_JSON_SCHEMA,
     XLA_CPU_JSON_SCHEMA,
@@ -79,6 +83,16 @@ class RawRows:
 
 
 @dataclass(frozen=True)
+class OlderSpec:
+    """A config spec earlier releases wrote and this one still reads: its name, its
+    row width and ``upgrade`` ([C, width] -> the same configs in today's rows)."""
+
+    name: str
+    width: int
+    upgrade: Callable[[F32], F32] = field(compare=False)
+
+
+@dataclass(frozen=True)
 class CollectionSpec:
     """What one collection declares; see the module docstring for the three."""
 
@@ -125,6 +139,8 @@ class CollectionSpec:
     decision_options: Callable[[npt.ArrayLike], Mapping[str, Any]] | None = field(
         default=None, compare=False
     )
+    # Earlier specs of this collection, still read (upgraded to ``width``).
+    older: tuple[OlderSpec, ...] = ()
 
     @property
     def config_input(self) -> str:
@@ -147,6 +163,27 @@ class CollectionSpec:
     def config_shape(self, configurable: int = 0) -> tuple[int, ...]:
         """One config's shape, given the graph's configurable nodes (per_node)."""
         return (configurable, self.width) if self.per_node else (self.width,)
+
+    def config_shapes(self, configurable: int = 0) -> tuple[tuple[int, ...], ...]:
+        """Every config shape this collection reads: today's, then the older specs'."""
+        if self.per_node:
+            return ((configurable, self.width),)
+        return ((self.width,), *((o.width,) for o in self.older))
+
+    def upgrade(self, configs: F32) -> F32:
+        """A config batch in today's width (an older spec's rows upgraded)."""
+        if configs.shape[-1] == self.width:
+            return configs
+        older = next((o for o in self.older if o.width == configs.shape[-1]), None)
+        if older is None:
+            raise ValueError(f"no {self.name} spec has rows of {configs.shape[-1]}")
+        return older.upgrade(configs)
+
+    def spec_width(self, name: str) -> int:
+        """The row width of the config spec ``name`` (today's or an older one)."""
+        if name == self.config_spec:
+            return self.width
+        return next(o.width for o in self.older if o.name == name)
 
     def shape_doc(self) -> str:
         """The config batch's shape as the docs write it: [C,24], [C,NC,18]."""
@@ -187,10 +224,11 @@ class CollectionSpec:
                 CONFIG_SPEC_KEY,
                 f"expected a unicode scalar, got dtype {arr.dtype} shape {list(arr.shape)}",
             )
-        if str(arr) != self.config_spec:
+        known = [s for s in (self.config_spec, *(o.name for o in self.older)) if s]
+        if str(arr) not in known:
             raise GraphFormatError(
                 CONFIG_SPEC_KEY,
-                f"unknown spec {str(arr)!r}: this reader knows {self.config_spec!r}",
+                f"unknown spec {str(arr)!r}: this reader knows {', '.join(known)}",
             )
 
 
@@ -233,18 +271,19 @@ LAYOUT: Final = CollectionSpec(
 
 
 def _xla_cpu_options(row: npt.ArrayLike) -> dict[str, xla_cpu.OptionValue]:
-    """An ``xla_cpu/1`` decision's options: a valid row the sampler draws."""
-    why = xla_cpu.excluded(row)  # validates first (ValueError)
+    """An ``xla_cpu/2`` decision's options (as ``CompilerOptions.flat`` spells them):
+    a valid row the sampler draws."""
+    why = xla_cpu2.excluded(row)  # validates first (ValueError)
     if why is not None:
         raise ValueError(why)
-    return xla_cpu.to_options(row)
+    return xla_cpu2.to_options(row).flat()
 
 
 XLA_CPU_METRICS: Final = MetricSet(TILE_METRICS.ks, TILE_METRICS.slowdown_key, True)
 XLA_CPU: Final = CollectionSpec(
     name="xla_cpu",
     config_key="config_feat",
-    width=xla_cpu.WIDTH,
+    width=xla_cpu2.WIDTH,
     per_node=False,
     normalizer_key=NORMALIZERS,
     default_is_normalizer=True,
@@ -257,10 +296,11 @@ XLA_CPU: Final = CollectionSpec(
     file_keys=XLA_CPU_KEYS,
     marker=CONFIG_SPEC_KEY,
     dataset_dir="xla_cpu",
-    config_spec=xla_cpu.SPEC,
+    config_spec=xla_cpu2.SPEC,
     raw=RawRows(is_xla_cpu_json, xla_cpu_rows_from_json, XLA_CPU_JSON_SCHEMA),
-    default_config=tuple(xla_cpu.default_row().tolist()),
+    default_config=tuple(xla_cpu2.default_row().tolist()),
     decision_options=_xla_cpu_options,
+    older=(OlderSpec(xla_cpu.SPEC, xla_cpu.WIDTH, xla_cpu2.upgrade_v1_rows),),
 )
 
 COLLECTIONS: Final[Mapping[str, CollectionSpec]] = {

@@ -7,8 +7,12 @@ The raw form the service's ``raw_configs`` and the client accept::
     layout:  {"<node>": {"output": [dims] | null, "input": [..] | null,
                          "kernel": [..] | null}, ...}
              a missing or null tensor, or a node left out: the compiler chooses
-    xla_cpu: the ``compiler_options`` dict (``xla_cpu.from_options``), e.g.
-             {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"};
+    xla_cpu: the options as ``xla_cpu2.CompilerOptions.flat`` spells them
+             (``xla_cpu2.from_options``): top-level ``compiler_options`` and the
+             ``xla_backend_extra_options`` map as one "k=v,k=v" string, e.g.
+             {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+              "xla_backend_extra_options":
+                  "xla_cpu_small_while_loop_byte_threshold=65536"};
              an option left out: XLA's default ({} is the default config)
 
 Only the shape of the objects is checked here; the sizes and dims are checked by
@@ -23,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.configs import (
     F32,
     LAYOUT_TENSORS,
@@ -48,10 +52,12 @@ TILE_JSON_SCHEMA: dict[str, Any] = {
 
 # JSON Schema of one raw xla_cpu config: the compiler options it sets.
 _YNN_NAMES = ", ".join(xla_cpu.YNN_PREFIX + t for t in xla_cpu.YNN_TYPES)
+_LEVELS = ", ".join(map(str, xla_cpu2.THRESHOLD_LEVELS))
 XLA_CPU_JSON_SCHEMA: dict[str, Any] = {
     "title": "CompilerOptions",
     "type": "object",
-    "description": f"XLA:CPU compiler_options ({xla_cpu.SPEC}); an option left out "
+    "description": f"XLA:CPU options ({xla_cpu2.SPEC}): compiler_options, and the "
+    f"{xla_cpu2.EXTRA_KEY} map spelled as XLA_FLAGS spells it; an option left out "
     "keeps XLA's default",
     "properties": {
         xla_cpu.YNN_KEY: {"type": "string", "description": f"any of {_YNN_NAMES}"},
@@ -64,9 +70,18 @@ XLA_CPU_JSON_SCHEMA: dict[str, Any] = {
         },
         xla_cpu.EMITTERS_KEY: {"type": "boolean"},
         xla_cpu.REGION_KEY: {"type": "boolean"},
+        xla_cpu2.EXTRA_KEY: {
+            "type": "string",
+            "description": f"map entries 'key=value,key=value'; keys: "
+            f"{', '.join(sorted(xla_cpu2.KNOWN_EXTRA_KEYS))} (values {_LEVELS}; "
+            f"{xla_cpu2.THRESHOLD_DEFAULT}: XLA's default), e.g. "
+            f"'{xla_cpu2.THRESHOLD_KEY}=65536'",
+        },
     },
     "additionalProperties": False,
 }
+# The keys a raw xla_cpu config may have: the top-level options and the map.
+XLA_CPU_JSON_KEYS = frozenset(XLA_CPU_JSON_SCHEMA["properties"])
 
 
 def tile_from_json(value: Any, path: str) -> TileSizes:
@@ -108,13 +123,13 @@ def is_tile_json(value: Any) -> bool:
 def is_xla_cpu_json(value: Any) -> bool:
     """Whether one raw config reads as xla_cpu compiler options (it names one)."""
     return (
-        isinstance(value, Mapping) and bool(value) and set(value) <= xla_cpu.KNOWN_KEYS
+        isinstance(value, Mapping) and bool(value) and set(value) <= XLA_CPU_JSON_KEYS
     )
 
 
 def xla_cpu_rows_from_json(items: Sequence[Any], path: str) -> F32:
-    """``config_feat`` [C,WIDTH] of raw xla_cpu configs (``compiler_options`` dicts);
-    errors keyed ``path[c]`` with the option named in the problem."""
+    """``config_feat`` [C,20] (``xla_cpu/2``) of raw xla_cpu configs (flat option
+    dicts); errors keyed ``path[c]`` with the option named in the problem."""
     rows = []
     for c, value in enumerate(items):
         if not isinstance(value, Mapping):
@@ -122,7 +137,7 @@ def xla_cpu_rows_from_json(items: Sequence[Any], path: str) -> F32:
                 f"{path}[{c}]", "expected an object of compiler options"
             )
         try:
-            rows.append(xla_cpu.from_options(value))
+            rows.append(xla_cpu2.from_options(value))
         except ValueError as exc:
             raise GraphFormatError(f"{path}[{c}]", str(exc)) from None
     return np.stack(rows).astype(np.float32, copy=False)

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs.spec import OPCODE_IDS
 from xla_costmodel.tpugraphs.xla_cpu import F32, OptionValue
 
 SPEC: Final = "xla_cpu/2"
@@ -58,15 +59,8 @@ WIDTH: Final = len(COLUMNS)
 V1_WIDTH: Final = xla_cpu.WIDTH
 _V1 = slice(0, V1_WIDTH)
 _THRESHOLD = slice(V1_WIDTH, V1_WIDTH + len(THRESHOLD_LEVELS))
-_SCHED = slice(
-    COLUMNS.index("scheduler_default"), COLUMNS.index("scheduler_default") + 3
-)
-_YNN = slice(0, len(xla_cpu.YNN_TYPES))
-_PASSES = slice(_YNN.stop, _YNN.stop + len(xla_cpu.PASSES))
-_EMITTERS = COLUMNS.index("use_fusion_emitters")
-_REGION = COLUMNS.index("copy_insertion_region_analysis")
-_ELTWISE = COLUMNS.index("ynn_eltwise")
-_ALGSIMP = COLUMNS.index("disable_algsimp")
+_WHILE: Final = OPCODE_IDS["while"]
+_V1_SAMPLE_SPACE: Final = 2**5 * 2**7 * 3 * 2 * 2 * 3 // 4  # xla_cpu.sample's space
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,28 +117,24 @@ def default_row() -> F32:
 
 
 def validate(row: npt.ArrayLike) -> F32:
-    """``row`` as a float32 [WIDTH] of 0/1s, one scheduler and one threshold bit."""
+    """``row`` as a float32 [WIDTH]: a valid ``xla_cpu/1`` head and one threshold bit."""
     arr = np.asarray(row, dtype=np.float32)
     if arr.shape != (WIDTH,):
         raise ValueError(f"an {SPEC} row has shape ({WIDTH},), got {arr.shape}")
-    bad = [COLUMNS[k] for k in range(WIDTH) if arr[k] not in (0.0, 1.0)]
-    if bad:
-        raise ValueError(f"{SPEC} columns must be 0 or 1: {', '.join(bad)}")
-    for group in (_SCHED, _THRESHOLD):
-        if arr[group].sum() != 1.0:
-            raise ValueError(
-                f"exactly one of {', '.join(COLUMNS[group])} must be 1, got "
-                f"{arr[group].tolist()}"
-            )
+    xla_cpu.validate(arr[_V1])
+    tail = arr[_THRESHOLD]
+    if not np.isin(tail, (0.0, 1.0)).all() or tail.sum() != 1.0:
+        raise ValueError(
+            f"exactly one of {', '.join(COLUMNS[_THRESHOLD])} must be 1 (the rest "
+            f"0), got {tail.tolist()}"
+        )
     return arr
 
 
 def excluded(row: npt.ArrayLike) -> str | None:
-    """Why ``sample`` never draws this (valid) row, or None: see ``xla_cpu``."""
-    arr = validate(row)
-    if arr[_ELTWISE] and arr[_ALGSIMP]:
-        return "ynn_eltwise with disable_algsimp crashes XLA:CPU (jaxlib 0.10.2)"
-    return None
+    """Why ``sample`` never draws this (valid) row, or None: ``xla_cpu.excluded``
+    of its ``xla_cpu/1`` head (the threshold adds no exclusion)."""
+    return xla_cpu.excluded(validate(row)[_V1])
 
 
 def to_options(row: npt.ArrayLike) -> CompilerOptions:
@@ -178,12 +168,61 @@ def from_options(options: CompilerOptions | Mapping[str, OptionValue]) -> F32:
     return row
 
 
+def has_loops(node_opcode: npt.ArrayLike) -> bool:
+    """Whether a program's graph (TpuGraphs opcode ids) holds a while loop: the only
+    place the loop threshold acts."""
+    return bool(np.isin(np.asarray(node_opcode), _WHILE).any())
+
+
+def for_program(rows: npt.ArrayLike, loops: bool) -> F32:
+    """The rows of ``rows`` [n, WIDTH] that can differ on a program (in order).
+
+    Without a while loop the threshold cannot change the compile (XLA's hoisting pass
+    only rewrites while loops): a row with a non-default level is the same executable
+    as its default-level twin, so it is dropped rather than measured again and the
+    space is ``xla_cpu/1``'s. With loops every row stays.
+    """
+    arr = np.asarray(rows, dtype=np.float32)
+    return arr if loops else arr[arr[:, _THRESHOLD.start] == 1.0]
+
+
+def sample_for_program(n: int, seed: int, loops: bool) -> F32:
+    """``n`` rows of ``sample``'s sequence that can differ on a program: with loops
+    ``sample(n, seed)``; without, the first ``n`` of ``for_program`` over a longer
+    prefix of the same sequence (``sample`` is prefix-stable), so asking for n
+    candidates gives n, as many as the program can tell apart allows."""
+    if loops:
+        return sample(n, seed)
+    space = _V1_SAMPLE_SPACE  # the default-level rows of the whole space
+    if not 1 <= n <= space:
+        raise ValueError(f"n must be in [1, {space}] for a program without loops")
+    drawn = n
+    while True:
+        rows = for_program(sample(drawn, seed), loops=False)
+        if len(rows) >= n or drawn >= space:
+            return rows[:n]
+        drawn = min(2 * drawn, space + len(THRESHOLD_LEVELS) - 1)
+
+
 def upgrade_v1(row1: npt.ArrayLike) -> F32:
     """The ``xla_cpu/2`` row of a ``xla_cpu/1`` row: the threshold at its default."""
     head = xla_cpu.validate(row1)
     tail = np.zeros(len(THRESHOLD_LEVELS), np.float32)
     tail[0] = 1.0
     return np.concatenate([head, tail])
+
+
+def upgrade_v1_rows(rows1: npt.ArrayLike) -> F32:
+    """``upgrade_v1`` of a batch [C, 17] -> [C, 20] (validated as ``xla_cpu/1`` rows
+    by the caller's reader; this only appends the threshold's default bit)."""
+    head = np.asarray(rows1, dtype=np.float32)
+    if head.ndim != 2 or head.shape[1] != V1_WIDTH:
+        raise ValueError(
+            f"{xla_cpu.SPEC} rows have shape [C,{V1_WIDTH}], got {head.shape}"
+        )
+    tail = np.zeros((head.shape[0], len(THRESHOLD_LEVELS)), np.float32)
+    tail[:, 0] = 1.0
+    return np.concatenate([head, tail], axis=1)
 
 
 def downgrade(row2: npt.ArrayLike) -> F32 | None:
@@ -197,34 +236,25 @@ def sample(n: int, seed: int) -> F32:
 
     Row 0 is the default; rows 1 and 2 (when n allows) are the default with the
     threshold at 65536 and at 1e9, so every program's data holds the option's effect
-    alone. The rest draw the ``xla_cpu/1`` bits as ``xla_cpu.sample`` does and each
-    non-default threshold level with p=0.25, often enough to learn its interactions.
+    alone. The rest are ``xla_cpu.sample(n - 2, seed)``'s rows 1.. (the same draws),
+    each with a threshold level of its own stream: default with p=0.5, 65536 and 1e9
+    with p=0.25 each. So about half of them are rows an ``xla_cpu/1`` collection of
+    the same seed measured too: a fixed option set can be compared across programs
+    collected under either spec, and the new levels are drawn often enough to learn
+    how they combine with the rest.
     """
-    v1_space = 2**5 * 2**7 * 3 * 2 * 2 * 3 // 4  # xla_cpu.sample's space
-    space = v1_space * len(THRESHOLD_LEVELS)
+    space = _V1_SAMPLE_SPACE + len(THRESHOLD_LEVELS) - 1
     if not 1 <= n <= space:
         raise ValueError(f"n must be in [1, {space}], got {n}")
-    rows = [default_row()]
-    for k in range(1, len(THRESHOLD_LEVELS)):
-        rows.append(_with_threshold(default_row(), k))
-    rows = rows[:n]
-    seen = {r.tobytes() for r in rows}
-    rng = np.random.default_rng(seed)
-    while len(rows) < n:
-        row = np.zeros(WIDTH, np.float32)
-        row[_YNN] = rng.random(5) < 0.5
-        row[_PASSES] = rng.random(7) < 0.2
-        row[_SCHED.start + int(rng.integers(3))] = 1.0
-        row[_EMITTERS] = rng.random() >= 0.25
-        row[_REGION] = rng.random() < 0.3
-        u = rng.random()
-        row = _with_threshold(row, 1 if u < 0.25 else 2 if u < 0.5 else 0)
-        if row[_ELTWISE] and row[_ALGSIMP]:
-            continue  # segfaults XLA:CPU on some programs (see xla_cpu)
-        if row.tobytes() not in seen:
-            seen.add(row.tobytes())
-            rows.append(row)
-    return np.stack(rows)
+    alone = [_with_threshold(default_row(), k) for k in range(len(THRESHOLD_LEVELS))]
+    v1 = xla_cpu.sample(max(1, n - len(THRESHOLD_LEVELS) + 1), seed)[1:]
+    levels = np.random.default_rng([seed, len(THRESHOLD_LEVELS)]).choice(
+        len(THRESHOLD_LEVELS), size=len(v1), p=(0.5, 0.25, 0.25)
+    )
+    rows = alone + [
+        _with_threshold(upgrade_v1(r), int(k)) for r, k in zip(v1, levels, strict=True)
+    ]
+    return np.stack(rows[:n])
 
 
 def _with_threshold(row: F32, level: int) -> F32:

@@ -2,7 +2,10 @@
 
 Lowers ``NAME()``'s program as ``tune`` does, computes its graph id here and asks
 ``GET /v1/best`` for this CPU's target and this jaxlib; ``--json`` prints the
-answer's keys as they are. Nothing decided: exit 1. jax is imported when it runs.
+answer's keys as they are, ``compiler_options`` derived from the row (``xla_cpu/2``;
+null for a row ``jit`` and ``tune`` would not apply: not a valid row, or stale here
+because it sets an option this jaxlib rejects, which a warning says). Nothing
+decided: exit 1. jax is imported when it runs.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from xla_costmodel.clients.hlo import Hlo
 from xla_costmodel.clients.payloads import prepare_graph
 from xla_costmodel.clients.user_output import to_stderr
 from xla_costmodel.clients.xla.programs import load_program, short
-from xla_costmodel.clients.xla.reuse import options_of, printable
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.clients.xla.reuse import printable, served
+from xla_costmodel.clients.xla.spec_rows import Served
+from xla_costmodel.tpugraphs import machine
 
 if TYPE_CHECKING:
     from xla_costmodel.clients import BestKnown
@@ -106,12 +110,14 @@ def _nothing_decided(graph_id: str, target: str, json_: bool) -> NoReturn:
 def _show(known: BestKnown, compiler: str | None, json_: bool) -> None:
     """The decision: its JSON keys, or four lines for a person.
 
-    The options shown are the row's (``reuse.options_of``), what ``jit`` and
-    ``tune`` compile; options the service sent that differ are a warning (stderr),
-    never shown as the decision. Every string from the service is escaped
-    (``reuse.printable``): an option value cannot drive the terminal."""
-    derived = options_of(known)
-    warning = _options_warning(known, derived)
+    The options shown are the row's (``reuse.served``), what ``jit`` and ``tune``
+    compile; options the service sent that differ, and a row they would not apply
+    (invalid, or stale here), are a warning (stderr), never shown as the decision.
+    Every string from the service is escaped (``reuse.printable``): an option value
+    cannot drive the terminal."""
+    row = served(known)
+    derived = None if row.options is None else row.options.flat()
+    warning = _options_warning(known, row, derived)
     if warning:
         typer.echo(f"warning: {warning}", err=True)
     body: dict[str, Any] = {
@@ -131,7 +137,9 @@ def _show(known: BestKnown, compiler: str | None, json_: bool) -> None:
         typer.echo(json.dumps(body, indent=2))
         return
     stale = f" (STALE: this is {printable(compiler)})" if known.stale else ""
-    options = "none: not a valid row" if derived is None else short(derived)
+    options = short(derived) if derived is not None else "none: not a valid row"
+    if row.stale:
+        options = "none: STALE here, it sets an option this jaxlib rejects"
     for line in (
         f"program {printable(known.graph_id[:12])} on {printable(known.target)}",
         f"options: {printable(options)}",
@@ -143,14 +151,14 @@ def _show(known: BestKnown, compiler: str | None, json_: bool) -> None:
         typer.echo(line)
 
 
-def _options_warning(known: BestKnown, derived: dict[str, Any] | None) -> str:
+def _options_warning(
+    known: BestKnown, row: Served, derived: dict[str, Any] | None
+) -> str:
     """What is wrong with the answer's options ("" if nothing): a row outside the
-    compiler's space, or ``compiler_options`` other than the row's."""
+    compiler's space, one stale here, or ``compiler_options`` other than the row's."""
     if derived is None:
-        return (
-            f"the decided row is not a valid {xla_cpu.SPEC} config: "
-            "jit and tune compile the default"
-        )
+        why = printable(row.why)
+        return f"the decided row {why}: jit and tune compile the default"
     if dict(known.compiler_options) != derived:
         sent = json.dumps(dict(known.compiler_options), sort_keys=True, default=str)
         return (

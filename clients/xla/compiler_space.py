@@ -25,8 +25,10 @@ under the smallest valid change of the spec's default row that sets it:
   ``compile_with`` also checks the route end to end: a jax on which the map
   silently failed to reach XLA would show its keys as unknown, not as applied.
 
-The answer is cached per spec (``functools.cache``) and the rejected columns are
-logged once per spec and process.
+Each column is probed at most once per process and only when asked about
+(``functools.cache``): judging one row compiles only for the columns it sets, so
+``jit``'s first lookup costs a compile or two, not the whole spec's ~2 s; a rejected
+column is logged once, when first met.
 """
 
 from __future__ import annotations
@@ -88,11 +90,13 @@ def why_not(row: npt.ArrayLike, spec: str | Spec) -> str | None:
         resolved.to_options(arr)  # validates the row
     except (ValueError, TypeError) as exc:
         return f"invalid {resolved.SPEC} row: {exc}"
-    default, reasons = resolved.default_row(), _probe(resolved)
+    # Only the columns this row sets are probed (each once per process): jit's first
+    # lookup pays a compile or two, not the whole spec's ~2 s.
+    default = resolved.default_row()
     stale = [
         f"{c} ({why})"
-        for k, (c, why) in enumerate(reasons.items())
-        if why is not None and arr[k] != default[k]
+        for k, c in enumerate(resolved.COLUMNS)
+        if arr[k] != default[k] and (why := _column(resolved, k)) is not None
     ]
     if stale:
         return f"stale: this jaxlib rejects {'; '.join(stale)}"
@@ -121,22 +125,24 @@ def _resolve(spec: str | Spec) -> Spec:
 
 @functools.cache
 def _probe(spec: Spec) -> Mapping[str, str | None]:
-    default = spec.default_row()
-    outcomes: dict[str, str | None] = {}
-    for k, column in enumerate(spec.COLUMNS):
-        row = _setting(spec, default, k)
-        options = None if row is None else _options(spec.to_options(row))
-        outcomes[column] = None if options is None else _accepts(options)
-    bad = [f"{c} ({why})" for c, why in outcomes.items() if why is not None]
-    if bad:
+    return {column: _column(spec, k) for k, column in enumerate(spec.COLUMNS)}
+
+
+@functools.cache
+def _column(spec: Spec, k: int) -> str | None:
+    """Why this jaxlib rejects column ``k`` of ``spec``, or None; a rejection is
+    logged here, so once per column and process."""
+    row = _setting(spec, spec.default_row(), k)
+    why = None if row is None else _accepts(_options(spec.to_options(row)))
+    if why is not None:
         log.warning(
-            "%s: skipping %d option(s) jaxlib %s rejects: %s",
+            "%s: skipping option %s, jaxlib %s rejects it: %s",
             spec.SPEC,
-            len(bad),
+            spec.COLUMNS[k],
             _jaxlib_version(),
-            "; ".join(bad),
+            why,
         )
-    return outcomes
+    return why
 
 
 def _setting(spec: Spec, default: F32, k: int) -> F32 | None:
@@ -162,6 +168,12 @@ def _options(options: CompilerOptions | Mapping[str, OptionValue]) -> CompilerOp
     if isinstance(options, CompilerOptions):
         return options
     return CompilerOptions(compiler_options=options)
+
+
+def accepts(options: CompilerOptions) -> str | None:
+    """Why this jaxlib rejects ``options`` (one compile of a tiny program, cached per
+    distinct options), or None when it compiles them and knows every map key."""
+    return _accepts(options)
 
 
 def _accepts(options: CompilerOptions) -> str | None:

@@ -45,6 +45,7 @@ import numpy as np
 from xla_costmodel.clients.xla.isolate import ChildError, Job, call
 from xla_costmodel.clients.xla.measure import TimingProtocol, disagreement, measure
 from xla_costmodel.tpugraphs.paired import PairedSummary, summarize
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 ROUNDS = 7  # all 7 pairs one way gives p = 1/128: the fewest that can say "faster"
 RUNS = 3  # timed runs per visit, after one untimed
@@ -124,15 +125,16 @@ class Confirmer:
     _files: dict[str, bytes] | None = field(default=None, repr=False)
 
     def run(
-        self, options: dict[str, Any], rounds: int = ROUNDS, runs: int = RUNS
+        self, options: CompilerOptions, rounds: int = ROUNDS, runs: int = RUNS
     ) -> Confirmation:
-        """The default twice and ``options``, timed in a fresh process."""
+        """The default twice and ``options``, timed in a fresh process (which
+        gets them as ``options.flat()`` spells them)."""
         from xla_costmodel.clients.xla.export import ship
 
         if self._files is None:
             self._files = ship(self.fn, self.args)
         request = {
-            "options": options,
+            "options": options.flat(),
             "rounds": rounds,
             "runs": runs,
             "crash": self.crash,
@@ -165,17 +167,22 @@ def confirm_job(job: Job) -> dict[str, Any]:
     import jax
 
     from xla_costmodel.clients.xla import probe
+    from xla_costmodel.clients.xla.compile_options import compile_with
     from xla_costmodel.clients.xla.export import load
 
     r = job.request
     load_start = os.getloadavg()[0]
     fn, args = load(job.workdir)
     lowered = jax.jit(fn).lower(*args)
-    spellings = [{}, probe.CONTROL_OPTIONS[0], r["options"]]
+    spellings = [
+        CompilerOptions(),
+        CompilerOptions(compiler_options=probe.controls(1)[0]),
+        CompilerOptions.from_flat(r["options"]),
+    ]
     executables = []
     for options in spellings:
         try:
-            executables.append(lowered.compile(compiler_options=options or None))
+            executables.append(compile_with(lowered, options))
         except Exception as exc:  # XLA's own error types: it did not compile here
             return {"error": f"{type(exc).__name__}: {exc}"[:300], **_empty()}
     runners = [_runner(e, args) for e in executables]

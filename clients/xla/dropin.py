@@ -10,8 +10,9 @@ On the first call per argument signature it lowers ``fn`` as ``jax.jit`` would,
 fingerprints the lowered module (``reuse.fingerprint``: a hash of its StableHLO
 without debug info, not a featurization: ~21 ms at 12k instructions), asks
 ``GET /v1/best`` once with a short timeout and no retry, and compiles with the
-options of the answer's row (``reuse.options_of``: derived from ``config`` here,
-never the answer's ``compiler_options``, which a writer could fill with anything).
+options of the answer's row (``reuse.served``: derived from ``config`` here, an
+``xla_cpu/1`` row upgraded, never the answer's ``compiler_options``, which a writer
+could fill with anything), through ``compile_with`` as every compile here is.
 With ``verify`` it then checks the decision on that call (``verify.py``; by
 default, ``None``, only a decision fewer than ``VERIFY_BELOW_WRITERS`` writers
 support: each writer's tuner checked its outputs before deciding, so one writer
@@ -20,8 +21,9 @@ compiled and run beside it and the outputs
 compared; on a mismatch the call returns the default's result, the default is kept
 for the signature, and the service is told, which stops serving that row under this
 compiler. Anything else (no server, no answer, a row outside the compiler's space, a
-decision made under another compiler with ``budget=0``, options this jaxlib rejects)
-compiles XLA's default: it never raises where ``jax.jit`` would not. With
+decision made under another compiler with ``budget=0``, a row setting an option this
+jaxlib rejects: stale here, logged once per reason and process) compiles XLA's
+default: it never raises where ``jax.jit`` would not. With
 ``budget > 0`` and no fresh decision it tunes first in a child process
 (``isolate.call`` runs ``jit_tuning.tune_job`` on the program shipped with
 ``export.ship``), which stores the decision, and compiles the row it chose; a
@@ -34,67 +36,37 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.wire import BestKnown
+from xla_costmodel.clients.xla import spec_rows
+from xla_costmodel.clients.xla.compile_options import compile_with
+from xla_costmodel.clients.xla.jit_report import (
+    Applied,
+    Choice,
+    JitReport,
+    Source,
+    decision_figures,
+    say_once,
+)
 from xla_costmodel.clients.xla.lookup import LOOKUP_TIMEOUT_S, lookup_client
-from xla_costmodel.clients.xla.outputs import OutputCheck
-from xla_costmodel.clients.xla.reuse import fingerprint, fresh, options_of, printable
+from xla_costmodel.clients.xla.reuse import fingerprint, fresh, printable, served
 from xla_costmodel.clients.xla.verify import check, refute, short
 from xla_costmodel.tpugraphs import machine
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 log = logging.getLogger(__name__)
-Source = Literal["best_known", "tuned", "default"]
 # Below this many supporting writers a decision is verified by default: each
 # writer's tuner compared the row's outputs with the default's before deciding, so
 # two agreeing writers are two checks; one writer is what its token alone can make
 # jit apply (docs/reuse.md, "The bound").
 VERIFY_BELOW_WRITERS = 2
-INVALID_ROW = "the fleet's row is not a valid config of this compiler's space"
-
-
-@dataclass(frozen=True)
-class JitReport:
-    """How one argument signature was compiled.
-
-    ``added_ms``: what ``jit`` added to the first call beyond jax's own lowering,
-    compile and run (fingerprinting the module, the lookup, a tuning run when
-    ``budget > 0``, the verification); ``lower_ms`` and ``compile_ms`` are jax's own.
-    ``verify_ms``: the verification's part (compiling and running XLA's default,
-    comparing), 0.0 when nothing was verified; ``outputs``: its comparison (None:
-    not verified).
-    """
-
-    source: Source
-    compiler_options: dict[str, Any]
-    graph_id: str | None
-    reason: str
-    added_ms: float
-    lower_ms: float = 0.0
-    compile_ms: float = 0.0
-    hlo_fingerprint: str | None = None
-    compiler: str | None = None
-    target: str | None = None
-    decision: dict[str, Any] | None = field(default=None, compare=False)
-    verify_ms: float = 0.0
-    outputs: OutputCheck | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Choice:
-    """What a signature's first call chose to compile, and why: ``JitReport``'s
-    fields but the options, the timings and the verification's."""
-
-    source: Source
-    reason: str
-    compiler: str | None
-    hlo_fingerprint: str | None = None
-    target: str | None = None
-    graph_id: str | None = None
-    decision: dict[str, Any] | None = None
+INVALID_ROW = f"the fleet's row {spec_rows.INVALID}"
+STALE_ROW = f"the fleet's row {spec_rows.STALE}"
+DEFAULT = CompilerOptions()
 
 
 class Jitted:
@@ -112,11 +84,12 @@ class Jitted:
         jit_kwargs: dict[str, Any],
         tune_kwargs: dict[str, Any],
         verify: bool | None = None,
+        spec: str = spec_rows.SPEC,
     ) -> None:
         self.fn, self.client, self.budget = fn, client, budget
         self.model, self.target, self.min_writers = model, target, min_writers
         self.jit_kwargs, self.tune_kwargs = jit_kwargs, tune_kwargs
-        self.verify = verify
+        self.verify, self.spec = verify, spec
         self._compiled: dict[Hashable, Any] = {}
         self.reports: dict[Hashable, JitReport] = {}
         self.report: JitReport | None = None
@@ -153,29 +126,31 @@ class Jitted:
         started = time.perf_counter()
         lowered = self.lower(*args, **kwargs)  # jax's own: errors are the caller's
         lowered_at = time.perf_counter()
-        options, choice, best = self._choose(lowered, args, kwargs)
+        options, choice, applied = self._choose(lowered, args, kwargs)
         chosen_at = time.perf_counter()
+        compiled = None
         try:
-            compiled = lowered.compile(compiler_options=options) if options else None
+            if not options.is_default():
+                compiled = compile_with(lowered, options)
         except Exception as exc:  # XLA's own error types: an option it rejects
             reason = f"this jaxlib rejected the options ({short(exc)}): the default"
             choice = replace(choice, source="default", reason=reason)
-            options, compiled = {}, None
-        if compiled is None:
-            compiled = lowered.compile()  # as jax.jit would: its errors propagate
+            options = DEFAULT
+        if compiled is None:  # as jax.jit would: its errors propagate
+            compiled = compile_with(lowered, DEFAULT)
         done = time.perf_counter()
         verified = None
-        if best is not None and options and self._verifies(best):
+        if applied and not options.is_default() and self._verifies(applied.best):
             verified = check(lowered, compiled, args, kwargs, self.jit_kwargs)
             compiled = verified.executable
             if not verified.outputs.ok:
-                options = {}
-                reason = verified.reason + self._refute(best, choice)
+                options = DEFAULT
+                reason = verified.reason + self._refute(applied, choice)
                 choice = replace(choice, source="default", reason=reason)
         verify_ms = 0.0 if verified is None else verified.verify_ms
         report = JitReport(
             source=choice.source,
-            compiler_options=dict(options),
+            compiler_options=options.flat(),
             graph_id=choice.graph_id,
             reason=choice.reason,
             added_ms=(chosen_at - lowered_at) * 1e3 + verify_ms,
@@ -193,11 +168,13 @@ class Jitted:
         )
         return compiled, report, () if verified is None else (verified.result,)
 
-    def _refute(self, best: BestKnown, choice: Choice) -> str:
+    def _refute(self, applied: Applied, choice: Choice) -> str:
         return refute(
             self.client,
             self.model,
-            best,
+            applied.best,
+            applied.row,
+            spec_rows.spec_named(self.spec),
             target=choice.target,
             compiler=choice.compiler,
             hlo_fingerprint=choice.hlo_fingerprint,
@@ -205,7 +182,7 @@ class Jitted:
 
     def _choose(
         self, lowered: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[dict[str, Any], Choice, BestKnown | None]:
+    ) -> tuple[CompilerOptions, Choice, Applied | None]:
         """The options to compile with, what chose them and the fleet's decision
         they come from (None: not from one); never raises."""
         compiler = machine.compiler()
@@ -221,32 +198,37 @@ class Jitted:
                 hlo_fingerprint=hlo_fingerprint,
                 target=target,
                 graph_id=None if best is None else best.graph_id,
-                decision=None if best is None else _decision(best),
+                decision=None if best is None else decision_figures(best),
             )
 
         try:
             hlo_fingerprint = fingerprint(lowered)
             target = self.target or machine.target()
             best, why = self._ask(hlo_fingerprint, target, compiler)
+            # Only a fresh decision's row is judged (it may probe this jaxlib).
+            ok = best is not None and fresh(best, compiler)
+            row = served(best, self.spec) if best is not None and ok else None
         except Exception as exc:  # jit never fails where jax.jit would not
-            return {}, chosen("default", f"no lookup ({short(exc)})"), None
-        options = None if best is None else options_of(best)
-        if best is not None and options is None:
-            why = INVALID_ROW
-        elif best is not None and options is not None and fresh(best, compiler):
-            reason = (
-                f"the fleet's decision: {best.speedup:.3f}x by "
-                f"{best.writers} writer(s) under {printable(best.compiler)}"
-            )
-            return dict(options), chosen("best_known", reason), best
-        elif best is not None:
+            return DEFAULT, chosen("default", f"no lookup ({short(exc)})"), None
+        if best is not None and row is None:
             why = (
                 f"decided under {printable(best.compiler)}, this is "
                 f"{compiler}: not applied without verification"
             )
+        elif best is not None and row is not None:
+            if row.options is None or row.row is None:
+                why = f"the fleet's row {row.why}"
+                say_once(why)
+            else:
+                reason = (
+                    f"the fleet's decision: {best.speedup:.3f}x by "
+                    f"{best.writers} writer(s) under {printable(best.compiler)}"
+                )
+                applied = Applied(best, tuple(float(v) for v in row.row))
+                return row.options, chosen("best_known", reason), applied
         if self.budget > 0:
             return (*self._tune(args, kwargs, chosen("default", why), why), None)
-        return {}, chosen("default", f"{why}: the default"), None
+        return DEFAULT, chosen("default", f"{why}: the default"), None
 
     def _ask(
         self, fingerprint: str, target: str, compiler: str | None
@@ -272,14 +254,14 @@ class Jitted:
         kwargs: dict[str, Any],
         choice: Choice,
         why: str,
-    ) -> tuple[dict[str, Any], Choice]:
+    ) -> tuple[CompilerOptions, Choice]:
         """Tune in a child process (``budget > 0``; ``jit_tuning.tune_in_child``),
         which stores the decision; the options compiled here are derived from the
         row it chose. ``tune_kwargs["restarts"]`` (default 3): starts after a
-        crash."""
+        crash. The child looks ``spec`` up by its name."""
         if kwargs or self.jit_kwargs:
             reason = f"{why}; tuning takes positional arguments and no jit options"
-            return {}, replace(choice, source="default", reason=reason)
+            return DEFAULT, replace(choice, source="default", reason=reason)
         from xla_costmodel.clients.xla.jit_tuning import tune_in_child
         from xla_costmodel.clients.xla.tune_config import TuneConfig
 
@@ -287,7 +269,11 @@ class Jitted:
             tune_kwargs = dict(self.tune_kwargs)
             restarts = int(tune_kwargs.pop("restarts", 3))
             cfg = TuneConfig(
-                budget=self.budget, model=self.model, target=self.target, **tune_kwargs
+                budget=self.budget,
+                model=self.model,
+                target=self.target,
+                spec=self.spec,
+                **tune_kwargs,
             )
             text = self.lower(*args).as_text(dialect="hlo")
             tuned = tune_in_child(
@@ -301,7 +287,7 @@ class Jitted:
             )
         except Exception as exc:  # a failed tuning leaves the default, as jax.jit
             reason = f"{why}; tuning failed ({short(exc)}): the default"
-            return {}, replace(choice, source="default", reason=reason)
+            return DEFAULT, replace(choice, source="default", reason=reason)
         reason = (
             f"{why}; tuned with budget {self.budget} in child process "
             f"{tuned.pid}: {tuned.reason}"
@@ -311,7 +297,7 @@ class Jitted:
         )
 
 
-def jit(
+def jit(  # noqa: PLR0913 -- keyword-only options beside jax.jit's own
     fn: Callable[..., Any],
     *,
     server: str | None = None,
@@ -323,6 +309,7 @@ def jit(
     min_writers: int = 1,
     tune_kwargs: dict[str, Any] | None = None,
     verify: bool | None = None,
+    spec: str = spec_rows.SPEC,
     **jit_kwargs: Any,
 ) -> Jitted:
     """``jax.jit(fn, **jit_kwargs)`` compiled with the best known options for this
@@ -333,7 +320,8 @@ def jit(
     fewer than ``VERIFY_BELOW_WRITERS`` writers support. ``token`` (or
     ``COSTMODEL_TOKEN``) is
     needed for a tuning run (``budget > 0``) to store its decision, and for a failed
-    verification to reach the service."""
+    verification to reach the service. ``spec``: the rows' spec, by its name in
+    ``compiler_space.SPECS`` (``xla_cpu/2``)."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     if client is None and server is not None:
@@ -348,6 +336,7 @@ def jit(
         jit_kwargs,
         tune_kwargs or {},
         verify,
+        spec,
     )
 
 
@@ -361,17 +350,6 @@ def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
         (tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
         for x in leaves
     )
-
-
-def _decision(best: BestKnown) -> dict[str, Any]:
-    return {
-        "speedup": best.speedup,
-        "speedup_low": best.speedup_low,
-        "writers": best.writers,
-        "compiler": best.compiler,
-        "stale": best.stale,
-        "decided_at": best.decided_at,
-    }
 
 
 __all__ = ["JitReport", "Jitted", "jit"]

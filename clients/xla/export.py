@@ -6,7 +6,8 @@
 The caller's process holds ``fn`` and its arguments; a child cannot import them (a
 closure, a notebook cell). ``ship`` serializes ``jax.export.export(jax.jit(fn))``
 (the program's StableHLO, portable between processes of one jaxlib) and the
-arguments' leaves as raw bytes with their dtypes and shapes (bfloat16 too); ``load``
+arguments' leaves as raw bytes with their dtypes and shapes (bfloat16 too; a typed
+PRNG key as its key data and implementation, rewrapped in the child); ``load``
 deserializes them, and the child compiles ``jax.jit(exported.call)`` with whatever
 options it is asked to. XLA inlines the call, so the executables are the caller's.
 The child lowers a wrapper module, so its HLO text and fingerprint differ from the
@@ -32,13 +33,22 @@ LEAVES = "leaves.json"
 def ship(fn: Callable[..., Any], args: Sequence[Any]) -> dict[str, bytes]:
     """``fn(*args)`` as files for a child process (module docstring)."""
     import jax
+    import jax.numpy as jnp
     from jax import export
 
     exported = export.export(jax.jit(fn))(*args)
-    leaves = [np.asarray(x) for x in jax.tree.leaves(tuple(args))]
+    leaves, meta = [], []
+    for x in jax.tree.leaves(tuple(args)):
+        # A typed PRNG key has no numpy form: ship its data, rewrap it in the child.
+        is_key = jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+        data = np.asarray(jax.random.key_data(x) if is_key else x)
+        leaves.append(data)
+        meta.append(
+            {"dtype": str(data.dtype), "shape": list(data.shape)}
+            | ({"key_impl": str(jax.random.key_impl(x))} if is_key else {})
+        )
     raw = io.BytesIO()
     np.savez(raw, *[np.ascontiguousarray(x).view(np.uint8).ravel() for x in leaves])
-    meta = [{"dtype": str(x.dtype), "shape": list(x.shape)} for x in leaves]
     return {
         PROGRAM: bytes(exported.serialize()),
         ARGS: raw.getvalue(),
@@ -63,5 +73,9 @@ def load(workdir: Path) -> tuple[Callable[..., Any], tuple[Any, ...]]:
             )
             for i, m in enumerate(meta)
         ]
+    leaves = [
+        jax.random.wrap_key_data(x, impl=m["key_impl"]) if "key_impl" in m else x
+        for x, m in zip(leaves, meta, strict=True)
+    ]
     args, _ = jax.tree.unflatten(exported.in_tree, leaves)
     return exported.call, tuple(args)

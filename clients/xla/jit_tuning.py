@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xla_costmodel.clients.xla import isolate
+from xla_costmodel.clients.xla import isolate, spec_rows
 from xla_costmodel.clients.xla.export import load, ship
 from xla_costmodel.clients.xla.isolate import Job
 from xla_costmodel.clients.xla.tune_config import TuneConfig, config_to_json
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 if TYPE_CHECKING:
     from xla_costmodel.clients.client import CostModelClient
@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class Tuned:
-    """What the child chose: the options derived here from its row (``{}``: the
+    """What the child chose: the options derived here from its row (empty: the
     default), the graph and reason of its report, and the child's pid."""
 
-    options: dict[str, Any]
+    options: CompilerOptions
     graph_id: str | None
     reason: str | None
     pid: int
@@ -50,8 +50,9 @@ def tune_in_child(
     restarted ``restarts`` times and leaves it out). The program goes there with
     ``jax.export`` (``export.ship``), the writer token on the child's stdin; the
     child stores the decision with its own client of ``client``'s service.
-    ``named``: the caller's HLO text and fingerprint. Raises when it never
-    answers or its row is not a valid config."""
+    ``named``: the caller's HLO text and fingerprint. The child looks ``cfg.spec``
+    up by its name. Raises when it never answers or its row cannot be used here
+    (``spec_rows.judge``)."""
     request = {
         "config": config_to_json(cfg),
         "hlo_text": named[0],
@@ -69,8 +70,14 @@ def tune_in_child(
     )
     report = answer.value
     row = report.get("config")
+    options = CompilerOptions()
+    if row is not None:
+        served = spec_rows.judge(row, spec_rows.spec_named(cfg.spec))
+        if served.options is None:
+            raise ValueError(f"the tuning child's row {served.why}")
+        options = served.options
     return Tuned(
-        options={} if row is None else xla_cpu.to_options(xla_cpu.validate(row)),
+        options=options,
         graph_id=report.get("graph_id"),
         reason=report.get("reason"),
         pid=answer.pid,

@@ -1,12 +1,12 @@
 """How ``tune`` picks the next configs to measure: the service's ranking, or at random.
 
-A picker sees the candidate rows (``xla_cpu.sample``) by index. ``pick(remaining,
-step)`` returns a ``Picked``: ``step.size`` of the ``remaining`` indices
-(``policy.Round``: the portfolio's head, then the ranking's) and, when the service
-ranked them, what shaped that ranking; ``feedback(rows, runtimes_ns)`` reports what
-was measured and returns how many measurements the service stored (None: not sent).
-A picker keeps no answer for later: each call's is its return value. Service errors
-propagate as ``CostModelError``. No jax here.
+A picker sees the candidate rows (``spec_rows.candidates``) by index.
+``pick(remaining, step)`` returns a ``Picked``: ``step.size`` of the ``remaining``
+indices (``policy.Round``: the portfolio's head, then the ranking's) and, when the
+service ranked them, what shaped that ranking; ``feedback(rows, runtimes_ns)``
+reports what was measured and returns how many measurements the service stored
+(None: not sent). A picker keeps no answer for later: each call's is its return
+value. Service errors propagate as ``CostModelError``. No jax here.
 """
 
 from __future__ import annotations

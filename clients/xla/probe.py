@@ -8,7 +8,9 @@ process and restart it after a crash (``isolate.py``), and the restarted worker
 finds the entry that began but never ended, records it as crashed and leaves it out.
 The first run also compares each config's output with the default's
 (``outputs.compare``: NaN/inf positions, exact integers, finite values at the
-outputs' scale), so a miscompile shows (a failed config, a sidecar entry).
+outputs' scale), so a miscompile shows (a failed config, a sidecar entry). Each
+option set is compiled through ``compile_options.compile_with``, so its
+``xla_backend_extra_options`` entries reach that one compile and no other.
 """
 
 from __future__ import annotations
@@ -23,15 +25,34 @@ from typing import Any
 
 import jax
 
+from xla_costmodel.clients.xla import compiler_space
+from xla_costmodel.clients.xla.compile_options import compile_with
 from xla_costmodel.clients.xla.outputs import DEFAULT_RTOL, OutputCheck, compare
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 # Controls: the default config, spelled so jax's compile cache (keyed by the options
-# dict) compiles it anew; each names a spec option at its default value.
+# dict) compiles it anew; each names a spec option at its default value. ``controls``
+# picks among them the ones the installed jaxlib accepts (jaxlib 0.11.1 dropped
+# ``xla_cpu_use_fusion_emitters``: naming it there fails the compile).
 CONTROL_OPTIONS: tuple[dict[str, Any], ...] = (
     {"xla_cpu_use_fusion_emitters": True},
     {"xla_disable_hlo_passes": ""},
     {"xla_cpu_copy_insertion_use_region_analysis": False},
+    {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_DEFAULT"},
 )
+
+
+def controls(n: int) -> list[dict[str, Any]]:
+    """The first ``n`` spellings of ``CONTROL_OPTIONS`` this jaxlib compiles (each
+    probed once per process, ``compiler_space.accepts``)."""
+    ok = [
+        c
+        for c in CONTROL_OPTIONS
+        if compiler_space.accepts(CompilerOptions(compiler_options=c)) is None
+    ]
+    return ok[:n]
+
+
 CRASHED = "crashed the process (compile or first run); left out after a restart"
 
 
@@ -92,10 +113,15 @@ class Journal:
         self.path.unlink(missing_ok=True)
 
 
-def compile_one(lowered: Any, options: Mapping[str, Any]) -> Compiled:
+def compile_one(lowered: Any, options: CompilerOptions | Mapping[str, Any]) -> Compiled:
+    """``lowered`` compiled under ``options`` (``compile_with``; a mapping is read as
+    ``CompilerOptions.flat`` spells them, map entries included), never raising: a
+    refused or badly spelled option set is a ``Compiled`` with its ``error``."""
     start = time.monotonic()
     try:
-        executable = lowered.compile(compiler_options=dict(options))
+        if not isinstance(options, CompilerOptions):
+            options = CompilerOptions.from_flat(options)
+        executable = compile_with(lowered, options)
         digest = hashlib.sha1(executable.as_text().encode()).hexdigest()[:12]
         error = None
     except Exception as exc:  # XLA raises its own types; every one is a data point
@@ -106,13 +132,14 @@ def compile_one(lowered: Any, options: Mapping[str, Any]) -> Compiled:
 
 def compile_and_probe(
     lowered: Any,
-    options: Sequence[Mapping[str, Any]],
+    options: Sequence[CompilerOptions | Mapping[str, Any]],
     args: tuple[Any, ...],
     journal: Journal,
     compile_cpus: Sequence[int] | None,
     rtol: float = DEFAULT_RTOL,
 ) -> list[Compiled]:
-    """Compile each option set (entry 0 the default), then run each once.
+    """Compile each option set (entry 0 the default; ``compile_one``), then run
+    each once.
 
     A crashed entry (per the journal) is neither compiled nor run. Returns one
     ``Compiled`` per entry, with ``outputs``: its output against entry 0's within

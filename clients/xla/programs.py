@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 
 Program = tuple[Callable[..., Any], tuple[Any, ...]]
 
@@ -48,12 +48,16 @@ def load_program(spec: str) -> Program:
 
 
 def short(options: dict[str, xla_cpu.OptionValue]) -> str:
-    """Compiler options in a few words: ``ynn=DOT+REDUCE -fusion,cse sched=MEMORY...``."""
+    """Compiler options (as ``CompilerOptions.flat`` spells them) in a few words:
+    ``ynn=DOT+REDUCE -fusion,cse sched=MEMORY...``, each entry of the extra-options
+    map as its own ``key=value``."""
     if not options:
         return "(default)"
     parts = []
     for key, value in options.items():
-        if key == xla_cpu.YNN_KEY:
+        if key == xla_cpu2.EXTRA_KEY:
+            parts += [f"{k.removeprefix('xla_cpu_')}={v}" for k, v in _extra(value)]
+        elif key == xla_cpu.YNN_KEY:
             names = [v.removeprefix(xla_cpu.YNN_PREFIX) for v in str(value).split(",")]
             parts.append("ynn=" + ("+".join(n for n in names if n) or "none"))
         elif key == xla_cpu.PASSES_KEY:
@@ -63,3 +67,13 @@ def short(options: dict[str, xla_cpu.OptionValue]) -> str:
         else:
             parts.append(f"{key.removeprefix('xla_cpu_')}={value}")
     return " ".join(parts)
+
+
+def _extra(spelled: xla_cpu.OptionValue) -> list[tuple[str, str]]:
+    """The entries of an extra-options map spelled ``k=v,k=v`` (a badly spelled one,
+    e.g. from a user's file, as one entry: shown, never parsed)."""
+    try:
+        flat = {xla_cpu2.EXTRA_KEY: spelled}
+        return list(xla_cpu2.CompilerOptions.from_flat(flat).extra_options.items())
+    except ValueError:
+        return [(xla_cpu2.EXTRA_KEY, str(spelled))]

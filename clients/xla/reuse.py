@@ -4,6 +4,7 @@
     ask(client, model, program, target, compiler, min_writers) -> (BestKnown | None, why)
     decision(program, row, pairs, ...) -> Decision          what a run sends back
     fresh(best, compiler) -> bool                            applicable without tuning
+    served(best, spec) -> Served                             its row, usable here or not
 
 A tuner that finishes sends its final choice to the service (``POST /v1/decisions``:
 the kept row with the paired runtimes that justify it, or the default's row when
@@ -11,8 +12,10 @@ nothing won; the service computes the figures from the pairs). Before its next r
 on any machine of the same target, ``tune`` asks ``GET /v1/best``: a fresh decision
 (same compiler) is compiled alone, its outputs checked, and timed against the
 default in a fresh process (``confirm.py``); ``jit`` applies it as it is. A stale
-one (decided under another compiler) is never applied unverified. jax is
-imported by ``fingerprint`` only, when it runs.
+one (decided under another compiler) is never applied unverified, and one whose
+row sets an option this jaxlib rejects is never applied at all (``served``). jax is
+imported by ``fingerprint``, and by the jaxlib probe behind ``served``, when they
+run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import numpy.typing as npt
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.errors import CostModelError
 from xla_costmodel.clients.wire import BestKnown, Decision, Refuted
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.clients.xla import spec_rows
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 
 @dataclass(frozen=True)
@@ -90,16 +94,18 @@ def ask(
     return best, ""
 
 
-def options_of(best: BestKnown) -> dict[str, xla_cpu.OptionValue] | None:
+def served(best: BestKnown, spec: str = spec_rows.SPEC) -> spec_rows.Served:
+    """The fleet's answer's row as this client may use it (``spec_rows.judge``):
+    upgraded from an older spec's (``xla_cpu/1``), or why not: not a valid, sampled
+    row of ``spec``, or stale here (it sets an option this jaxlib rejects)."""
+    return spec_rows.judge(best.config, spec_rows.spec_named(spec))
+
+
+def options_of(best: BestKnown, spec: str = spec_rows.SPEC) -> CompilerOptions | None:
     """The compiler options of the fleet's answer, derived from its row, never
     taken from the answer's ``compiler_options`` (a writer may have sent anything
-    there); None when the row is not a valid, sampled ``xla_cpu`` row."""
-    try:
-        if xla_cpu.excluded(best.config) is not None:
-            return None
-        return xla_cpu.to_options(best.config)
-    except ValueError:
-        return None
+    there); None when ``served`` finds the row unusable here."""
+    return served(best, spec).options
 
 
 def printable(text: object, limit: int = 200) -> str:

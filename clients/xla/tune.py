@@ -20,11 +20,13 @@ ledger of what was measured; nothing else is written by more than one step.
 
 Strategy ``"model"``: lower ``jax.jit(fn)`` once and featurize its pre-optimization
 HLO (one row configures the whole program: no configurable nodes); sample
-``candidates`` option rows (``xla_cpu.sample``, row 0 the default). The rounds
-follow ``policy.plan``: the first measures the head of the service's *portfolio*
-(configs that won on other programs of this target, then spread-out ones), later
-ones the top of its ranking (adapted to this graph's measurements and to the
-target's knowledge), with some exploration left in the middle. Each round compiles
+``candidates`` option rows of ``cfg.spec`` (``xla_cpu/2``: ``spec_rows.candidates``,
+row 0 the default), leaving out those that set an option this jaxlib rejects
+(``notes`` names the options); each is compiled as ``compile_with`` compiles it.
+The rounds follow ``policy.plan``: the first measures the head of the service's
+*portfolio* (configs that won on other programs of this target, then spread-out
+ones), later ones the top of its ranking (adapted to this graph's measurements and
+to the target's knowledge), with some exploration left in the middle. Each round compiles
 its picks and measures them beside separately compiled copies of the default (the
 controls) with ``measure.py``'s protocol (compile first, shuffled round-robin rounds,
 min per round, median over rounds), then sends the runtimes, the default's included,
@@ -77,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from xla_costmodel.clients.client import CostModelClient
-from xla_costmodel.clients.xla import policy
+from xla_costmodel.clients.xla import policy, spec_rows
 from xla_costmodel.clients.xla.confirm import Confirmation, Confirmer
 from xla_costmodel.clients.xla.pickers import ModelPicker, Picker, RandomPicker
 from xla_costmodel.clients.xla.tune_bench import Bench
@@ -99,7 +101,7 @@ from xla_costmodel.clients.xla.tune_fleet import (
 )
 from xla_costmodel.clients.xla.tune_report import Load, TuneReport, build_report
 from xla_costmodel.clients.xla.tune_rounds import Played, Rounds
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import machine
 
 __all__ = ["Autotuned", "TuneConfig", "TuneReport", "autotuned", "tune"]
 
@@ -168,15 +170,21 @@ def run_tuning(
 
     started, load_start = time.monotonic(), os.getloadavg()
     scope = Scope(cfg, cfg.target or machine.target(), machine.compiler() or "unknown")
-    rows = xla_cpu.sample(cfg.candidates, cfg.seed)
     lowered = jax.jit(fn).lower(*args)
     text = lowered.as_text(dialect="hlo") if named is None else named[0]
+    found = spec_rows.candidates(
+        spec_rows.spec_named(cfg.spec),
+        cfg.candidates,
+        cfg.seed,
+        spec_rows.has_loops(text),
+    )
+    rows = found.rows
     prepared = Prepared()
     if cfg.strategy == "model" and client is not None:
         prepared = prepare(client, scope, text, lowered, named)
     known_row: int | None = None
-    if prepared.known is not None:
-        rows, known_row = with_row(rows, prepared.known.config)
+    if prepared.known is not None and prepared.row is not None:
+        rows, known_row = with_row(rows, prepared.row)
     confirmer = Confirmer(
         fn,
         args,
@@ -186,8 +194,7 @@ def run_tuning(
     with tempfile.TemporaryDirectory(prefix="costmodel-tune-") as workdir:
         bench = Bench(lowered, args, cfg, Path(workdir), _crash_path(cfg, text))
         run = Rounds(bench, rows, cfg, progress or _quiet, confirmer)
-        if prepared.ignored:
-            run.notes.append(prepared.ignored)
+        run.notes += [n for n in (found.note, prepared.ignored) if n]
         outcome = _choose(scope, prepared, known_row, run, client)
     told = Told()
     # A reused default was not measured again: nothing new to tell.

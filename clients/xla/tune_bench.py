@@ -1,8 +1,9 @@
 """The bench of one ``tune`` run: the lowered program, its default controls, and
 every measurement against them.
 
-``Bench`` compiles configs through the collector's ``probe`` (each runs once after
-compiling, its output compared with the default's), keeps the program's crash
+``Bench`` compiles configs through the collector's ``probe`` (each compiled with
+``compile_options.compile_with``, then run once, its output compared with the
+default's), keeps the program's crash
 journal, measures executables beside the controls with ``measure.py``'s protocol,
 and times a candidate against the default in interleaved pairs, as many as the
 sequential test asks for (``Bench.verify``, ``decide.Sequential``). jax is imported
@@ -11,7 +12,7 @@ by the calls that need it (``probe`` imports it), never at import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,8 @@ import numpy as np
 
 from xla_costmodel.clients.xla import decide
 from xla_costmodel.clients.xla.measure import disagreement, measure, time_once
-from xla_costmodel.clients.xla.tune_config import Options, Rows, TuneConfig, config_key
+from xla_costmodel.clients.xla.tune_config import Rows, TuneConfig, config_key
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 if TYPE_CHECKING:
     from xla_costmodel.clients.xla.probe import Compiled
@@ -32,7 +34,7 @@ class Bench:
     Compiling goes through ``probe``: each executable runs once after
     compiling and its output is compared with the default's (``max_rel_diff``). The
     controls are the default compiled under spellings of it that jax's compile cache
-    keeps apart (``probe.CONTROL_OPTIONS``), ``{}`` the first.
+    keeps apart (``probe.controls``), ``{}`` the first.
 
     Some option sets crash XLA (compiling, or the first run), which kills the process.
     Each config's compile and first run is bracketed in the program's crash journal
@@ -57,7 +59,7 @@ class Bench:
         self._crashes = probe.Journal(crash_path)
         self._crashed = self._crashes.crashed()
         self._crashes.mark("attempt")
-        spellings = [{}, *probe.CONTROL_OPTIONS[: cfg.controls - 1]]
+        spellings = [{}, *probe.controls(cfg.controls - 1)]
         copies = self._probe(spellings)
         if copies[0].executable is None:
             raise RuntimeError(f"the default does not compile: {copies[0].error}")
@@ -89,18 +91,21 @@ class Bench:
         """The controls' disagreement in the latest measurement."""
         return self._noises[-1]
 
-    def compile(self, keys: list[int], options: list[Options]) -> list[Compiled]:
+    def compile(
+        self, keys: list[int], options: list[CompilerOptions]
+    ) -> list[Compiled]:
         """Compile and run each once: ``executable`` None if it failed, or if its
         output is not the default's within ``cfg.max_rel_diff`` (``outputs.compare``:
         NaN/inf where the default has a number fails too; ``error`` says why)."""
         return [self._one(k, o) for k, o in zip(keys, options, strict=True)]
 
-    def _one(self, key: int, options: Options) -> Compiled:
+    def _one(self, key: int, options: CompilerOptions) -> Compiled:
         from xla_costmodel.clients.xla.probe import Compiled
 
         self._crashes.mark("c", key)
         try:
-            entry = self._probe([{}, options])[1]  # {} is cached: the reference
+            # The default is cached: the reference.
+            entry = self._probe([CompilerOptions(), options])[1]
         except Exception as exc:  # the first run raised (XLA's own error types)
             entry = Compiled(None, f"{type(exc).__name__}: {exc}"[:300])
         self._crashes.mark("C", key)
@@ -169,7 +174,9 @@ class Bench:
             test.add(d, c)
         return test.final(), default_ns, candidate_ns
 
-    def _probe(self, options: list[Options]) -> list[Compiled]:
+    def _probe(
+        self, options: Sequence[CompilerOptions | Mapping[str, Any]]
+    ) -> list[Compiled]:
         from xla_costmodel.clients.xla import probe
 
         return probe.compile_and_probe(

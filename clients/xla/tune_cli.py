@@ -21,6 +21,7 @@ from rich.table import Table
 
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.user_output import to_stderr
+from xla_costmodel.clients.xla import spec_rows
 from xla_costmodel.clients.xla.isolate import forwarded_argv, supervise, worker_token
 from xla_costmodel.clients.xla.programs import load_program, short
 from xla_costmodel.clients.xla.tune import TuneConfig, TuneReport
@@ -106,6 +107,14 @@ RestartsOption = Annotated[
         help="Restarts after XLA crashes the tuning (the crashing config is left out).",
     ),
 ]
+SpecOption = Annotated[
+    str,
+    typer.Option(
+        "--spec",
+        help="The config space: xla_cpu/2 (with the loop threshold) or xla_cpu/1 "
+        "(the older space, to compare).",
+    ),
+]
 WorkerOption = Annotated[bool, typer.Option("--worker", hidden=True)]
 
 
@@ -125,6 +134,7 @@ def tune(  # noqa: PLR0913 -- typer: one parameter per command-line option
     reuse: ReuseOption = True,
     min_writers: MinWritersOption = 1,
     restarts: RestartsOption = 3,
+    spec: SpecOption = spec_rows.SPEC,
     worker: WorkerOption = False,
 ) -> None:
     """Tune a JAX program's XLA:CPU compiler options: the service ranks sampled option
@@ -141,6 +151,7 @@ def tune(  # noqa: PLR0913 -- typer: one parameter per command-line option
             target=target,
             reuse=reuse,
             min_writers=min_writers,
+            spec=spec,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -13,10 +13,11 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from xla_costmodel.clients.xla import decide, policy
+from xla_costmodel.clients.xla import decide, policy, spec_rows
 from xla_costmodel.clients.xla.measure import TimingProtocol
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 
+# A config's options as JSON, the wire and reports spell them (``CompilerOptions.flat``).
 Options = dict[str, xla_cpu.OptionValue]
 Strategy = Literal["model", "random"]
 Log = Callable[[str], None]
@@ -45,6 +46,9 @@ class TuneConfig:
 
     budget: int = 8
     model: str = "xla_cpu"
+    # The rows' spec, by its name in ``compiler_space.SPECS`` (a child process
+    # tuning for ``jit`` gets the name and looks it up too: ``spec_rows.spec_named``).
+    spec: str = spec_rows.SPEC
     strategy: Strategy = "model"
     seed: int = 0
     rounds: int | None = None  # default min(3, budget)
@@ -72,6 +76,7 @@ class TuneConfig:
     hooks: Hooks = Hooks()
 
     def __post_init__(self) -> None:
+        spec_rows.spec_named(self.spec)  # ValueError: no such spec
         if self.strategy not in ("model", "random"):
             raise ValueError(f"strategy must be model or random, not {self.strategy!r}")
         if not 1 <= self.budget < self.candidates:
@@ -137,6 +142,12 @@ def default_crash_dir() -> Path:
 
 def config_key(row: npt.ArrayLike) -> int:
     """A config row's bits as one integer: its name in a crash journal, the same
-    whatever sample it was drawn in."""
-    bits = np.asarray(row, np.float32).astype(np.int64)
+    whatever sample it was drawn in. An ``xla_cpu/2`` row with the loop threshold at
+    its default is named as its ``xla_cpu/1`` row was: a journal written before the
+    threshold existed still names the configs that crashed."""
+    arr = np.asarray(row, np.float32)
+    if arr.shape == (xla_cpu2.WIDTH,):
+        older = xla_cpu2.downgrade(arr)
+        arr = arr if older is None else older
+    bits = arr.astype(np.int64)
     return int(bits @ (1 << np.arange(bits.size, dtype=np.int64)))

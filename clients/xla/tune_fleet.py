@@ -11,7 +11,9 @@ a fresh one (``Rounds.verify``, ``confirm.py``): one that holds (not shown slowe
 ends a run with one compile; one shown slower, or whose outputs differ, is refuted
 in the run's own decision (``wire.Refuted``), which the service counts against that
 exact row. The decision sends measurements, never claims: the kept row with the
-fresh process's pairs (``reuse.decision``).
+fresh process's pairs (``reuse.decision``). A decision whose row is not a valid row
+of the run's spec, or sets an option this jaxlib rejects (stale here:
+``reuse.served``), is no decision: never compiled, a note says why.
 """
 
 from __future__ import annotations
@@ -31,19 +33,20 @@ from xla_costmodel.clients.xla import reuse
 from xla_costmodel.clients.xla.confirm import not_slower
 from xla_costmodel.clients.xla.tune_config import Rows, Scope
 from xla_costmodel.clients.xla.tune_rounds import Candidate, Played, Rounds
-from xla_costmodel.tpugraphs import xla_cpu
 
 
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
     """The program as the service knows it (``prepare``): its featurized graph and
-    name, and the fleet's decision for it (None: none, or not asked). ``why`` the
-    default stays when the HLO cannot be used; ``ignored`` why the fleet's
-    decision was not even tried."""
+    name, and the fleet's decision for it (None: none, or not asked) with its row in
+    the run's spec (``row``, upgraded from an older spec's). ``why`` the default
+    stays when the HLO cannot be used; ``ignored`` why the fleet's decision was not
+    even tried."""
 
     graph: PreparedGraph | None = None
     program: reuse.Program | None = None
     known: BestKnown | None = None
+    row: tuple[float, ...] | None = None
     why: str = ""
     ignored: str = ""
 
@@ -127,14 +130,19 @@ def prepare(
             cfg.min_writers,
             cfg.deadline,
         )
-    if known is not None and reuse.options_of(known) is None:
-        # Not a valid, sampled row of this spec: never compiled, never verified.
+    if known is None:
+        return Prepared(graph=graph, program=program)
+    served = reuse.served(known, cfg.spec)
+    if served.row is None:
+        # Invalid, or stale here (an option this jaxlib rejects): never compiled,
+        # never verified, no decision.
         ignored = (
-            "the fleet's decision is not a valid row of "
-            f"{xla_cpu.SPEC}: ignored ({reuse.printable(known.config, 80)})"
+            f"the fleet's decision {served.why}: ignored "
+            f"({reuse.printable(known.config, 80)})"
         )
         return Prepared(graph=graph, program=program, ignored=ignored)
-    return Prepared(graph=graph, program=program, known=known)
+    row = tuple(float(v) for v in served.row)
+    return Prepared(graph=graph, program=program, known=known, row=row)
 
 
 def with_row(rows: Rows, config: Sequence[float]) -> tuple[Rows, int]:
@@ -168,7 +176,7 @@ def check_known(
         return Checked(reused=fresh)
     run.log(f"checking the fleet's decision ({'fresh' if fresh else 'stale'}) first")
     config = tuple(float(v) for v in run.rows[row])
-    trial = run.verify(row, xla_cpu.to_options(run.rows[row]))
+    trial = run.verify(row)
     m = trial.candidate
     if m is None:
         if trial.refused_outputs:

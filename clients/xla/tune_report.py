@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from xla_costmodel.clients.wire import Refuted
+from xla_costmodel.clients.xla import spec_rows
 from xla_costmodel.clients.xla.confirm import Confirmation
 from xla_costmodel.clients.xla.tune_config import Options, Rows, Scope, TuneConfig
 from xla_costmodel.clients.xla.tune_fleet import Outcome, Prepared, Told, Verified
@@ -19,7 +20,6 @@ from xla_costmodel.clients.xla.tune_rounds import (
     Rounds,
     RoundSummary,
 )
-from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.paired import summarize
 
 __all__ = [
@@ -50,10 +50,11 @@ class Load:
 
 @dataclass(frozen=True, kw_only=True)
 class Measured:
-    """One config measured in the rounds: its runtime (``ms``), that over the
-    default's in the same measurement (``vs_default``) and its round (0: the
-    fleet's decision, checked first); for a finalist, its median in the final pairs
-    (``final_ms``) and their verdict. ``to_json`` leaves out what is None."""
+    """One config measured in the rounds: its options (as ``CompilerOptions.flat``
+    spells them), its runtime (``ms``), that over the default's in the same
+    measurement (``vs_default``) and its round (0: the fleet's decision, checked
+    first); for a finalist, its median in the final pairs (``final_ms``) and their
+    verdict. ``to_json`` leaves out what is None."""
 
     compiler_options: Options
     ms: float
@@ -64,9 +65,9 @@ class Measured:
     p_value: float | None = None
 
     @classmethod
-    def of(cls, m: Candidate, rows: Rows) -> Measured:
+    def of(cls, m: Candidate, rows: Rows, spec: spec_rows.Tunable) -> Measured:
         return cls(
-            compiler_options=xla_cpu.to_options(rows[m.row]),
+            compiler_options=spec_rows.options(rows[m.row], spec).flat(),
             ms=m.ns / 1e6,
             vs_default=m.vs_default,
             round=m.round,
@@ -85,9 +86,11 @@ class TuneReport:
 
     ``speedup``: the median over the fresh process's pairs of default / chosen
     (``tpugraphs.paired.summarize`` of the pairs the decision sends; 1.0 when the
-    default stays); ``default_ms`` and ``best_ms`` their medians. ``confirmed``:
-    that fresh process's measurement (also when the finalist did not hold),
-    ``config`` the chosen row, ``load`` what the run saw. ``measured``: each config
+    default stays); ``default_ms`` and ``best_ms`` their medians;
+    ``compiler_options`` the chosen row's as ``CompilerOptions.flat`` spells them
+    (``{}``: the default). ``confirmed``: that fresh process's measurement (also
+    when the finalist did not hold), ``config`` the chosen row (of the run's spec,
+    ``TuneConfig.spec``), ``load`` what the run saw. ``measured``: each config
     measured (``Measured``); ``failed``: each that did not compile (``Failed``).
     ``rounds``: per round, configs picked and measured, ``adapted`` (the service's
     answer: measurements of this graph that shaped its ranking; None when not
@@ -157,7 +160,7 @@ def build_report(
 ) -> TuneReport:
     """The run's report from its steps' results: ``load`` what the run saw,
     ``started`` its start (``time.monotonic``)."""
-    cfg, rows, chosen = scope.cfg, run.rows, outcome.chosen
+    cfg, rows, chosen, spec = scope.cfg, run.rows, outcome.chosen, run.spec
     checked, played = outcome.checked, outcome.played
     pairs = () if chosen is None else chosen.pairs
     why = prepared.why or checked.why or played.why  # at most one says anything
@@ -165,8 +168,8 @@ def build_report(
         default_ms=outcome.default_ns / 1e6,
         best_ms=outcome.best_ns / 1e6,
         speedup=summarize(pairs).speedup if pairs else 1.0,
-        compiler_options={} if chosen is None else xla_cpu.to_options(rows[chosen.row]),
-        measured=tuple(Measured.of(m, rows) for m in run.measured),
+        compiler_options={} if chosen is None else run.options(chosen.row).flat(),
+        measured=tuple(Measured.of(m, rows, spec) for m in run.measured),
         failed=tuple(run.failed),
         strategy=cfg.strategy,
         budget=cfg.budget,

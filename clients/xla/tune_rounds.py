@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from xla_costmodel.clients.errors import CostModelError
-from xla_costmodel.clients.xla import decide, policy
+from xla_costmodel.clients.xla import decide, policy, spec_rows
 from xla_costmodel.clients.xla.confirm import Confirmation, Confirmer, holds
 from xla_costmodel.clients.xla.pickers import Picked, Picker, Shaping
 from xla_costmodel.clients.xla.tune_bench import Bench
@@ -34,7 +34,7 @@ from xla_costmodel.clients.xla.tune_config import (
     TuneConfig,
     config_key,
 )
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +123,7 @@ class Rounds:
         self, bench: Bench, rows: Rows, cfg: TuneConfig, log: Log, confirmer: Confirmer
     ) -> None:
         self.bench, self.rows, self.cfg, self.log = bench, rows, cfg, log
+        self.spec = spec_rows.spec_named(cfg.spec)
         self.confirmer = confirmer
         # Row 0, the default, is measured as the controls; crashed rows are left out.
         self.tried = {0} | bench.crashed_rows(rows)
@@ -142,6 +143,10 @@ class Rounds:
     def executable(self, m: Candidate) -> Any:
         """``m`` compiled (a chosen candidate's is kept)."""
         return self._executables[m.row]
+
+    def options(self, row: int) -> CompilerOptions:
+        """The compiler options of candidate ``row``."""
+        return spec_rows.options(self.rows[row], self.spec)
 
     def play(self, picker: Picker, plan: list[policy.Round]) -> Played:
         """Every round of ``plan``. A service lost before anything was measured:
@@ -193,16 +198,17 @@ class Rounds:
             noise=self.bench.last_noise,
         )
 
-    def verify(self, row: int, options: Options) -> Trial:
+    def verify(self, row: int) -> Trial:
         """Compile ``row`` alone here (its outputs checked against the default's),
         then time it against the default in a fresh process (``confirm.py``): a
         stored decision, checked before any search. No candidate if it did not
         compile, its outputs differ, or it was not timed. Counts as one config of
         the budget."""
+        options = self.options(row)
         entry = self.bench.compile([config_key(self.rows[row])], [options])[0]
         self.tried.add(row)
         if entry.executable is None:
-            self.failed.append(Failed(options, entry.error))
+            self.failed.append(Failed(options.flat(), entry.error))
             # It ran and its outputs were refused (not a compile error).
             return Trial(
                 refused_outputs=entry.outputs is not None and not entry.outputs.ok
@@ -233,7 +239,7 @@ class Rounds:
         with those pairs if it holds there (faster on every CPU, no real loss on
         one); else None and a note. ``confirmation`` keeps the fresh timing."""
         self.log("confirming the finalist against the default in a fresh process")
-        options = xla_cpu.to_options(self.rows[m.row])
+        options = self.options(m.row)
         c = self.confirmer.run(options, self.cfg.confirm_rounds, self.cfg.protocol.runs)
         self.confirmation = c
         if c.summary is None:
@@ -271,7 +277,7 @@ class Rounds:
         return m
 
     def _measure(self, r: int, picks: list[int]) -> tuple[list[Candidate], int]:
-        options = [xla_cpu.to_options(self.rows[i]) for i in picks]
+        options = [self.options(i) for i in picks]
         if self.cfg.hooks.crash_at == "candidate" and picks:
             self._crash(config_key(self.rows[picks[0]]))
         compiled = self.bench.compile(
@@ -283,7 +289,7 @@ class Rounds:
             if c.executable is not None
         ]
         self.failed += [
-            Failed(o, c.error)
+            Failed(o.flat(), c.error)
             for o, c in zip(options, compiled, strict=True)
             if c.executable is None
         ]

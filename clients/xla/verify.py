@@ -2,10 +2,10 @@
 default on the first call, and report a mismatch.
 
     check(lowered, candidate, args, kwargs, jit_kwargs) -> Verification
-    refute(client, model, best, ...) -> str     a few words for the report's reason
+    refute(client, model, best, row, spec, ...) -> str   a few words for the reason
 
-``check`` compiles XLA's default beside the executable built with the fleet's
-options, runs both on the call's arguments and compares their outputs
+``check`` compiles XLA's default (``compile_with`` its empty options) beside the
+executable built with the fleet's options, runs both on the call's arguments and compares their outputs
 (``outputs.compare``); the candidate failing to run is a mismatch too. On a mismatch
 ``jit`` keeps the default for the signature and ``refute`` tells the service (a kept
 default refuting the row for ``"outputs"``), which stops serving that row under this
@@ -22,8 +22,10 @@ from typing import Any
 
 from xla_costmodel.clients.client import CostModelClient
 from xla_costmodel.clients.wire import BestKnown, Decision, Refuted
+from xla_costmodel.clients.xla import spec_rows
+from xla_costmodel.clients.xla.compile_options import compile_with
 from xla_costmodel.clients.xla.outputs import OutputCheck, compare
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 log = logging.getLogger(__name__)
 # Telling the service that a decision's outputs differ is best effort, and rare.
@@ -66,7 +68,7 @@ def check(
     import jax
 
     started = time.perf_counter()
-    default = lowered.compile()
+    default = compile_with(lowered, CompilerOptions())
     theirs = _copies(args, kwargs) if _donates(jit_kwargs) else (args, kwargs)
     expected = jax.block_until_ready(default(*theirs[0], **theirs[1]))  # type: ignore[no-untyped-call]
     spent = time.perf_counter() - started
@@ -91,19 +93,22 @@ def refute(
     client: CostModelClient | None,
     model: str,
     best: BestKnown,
+    row: tuple[float, ...],
+    spec: spec_rows.Tunable,
     *,
     target: str | None,
     compiler: str | None,
     hlo_fingerprint: str | None,
 ) -> str:
-    """Tell the service that ``best``'s row computes other outputs than the default
-    here (a kept default refuting it for ``"outputs"``); best effort: a few words
-    for the report's reason, never an exception."""
+    """Tell the service that ``best``'s ``row`` (as ``reuse.served`` read it, in
+    ``spec``'s width) computes other outputs than the default here (``spec``'s
+    default row kept, refuting it for ``"outputs"``); best effort: a few words for
+    the report's reason, never an exception."""
     if client is None:
         return ""
     decision = Decision(
         graph_id=best.graph_id,
-        config=tuple(float(v) for v in xla_cpu.default_row()),
+        config=tuple(float(v) for v in spec.default_row()),
         paired_runtimes_ns=(),
         budget=0,
         strategy="verify",
@@ -111,7 +116,7 @@ def refute(
         target=target,
         compiler=compiler,
         hlo_fingerprint=hlo_fingerprint,
-        refuted=Refuted(config=tuple(best.config), reason="outputs"),
+        refuted=Refuted(config=row, reason="outputs"),
     )
     try:
         client.record_decision(model, decision, deadline=REPORT_TIMEOUT_S)

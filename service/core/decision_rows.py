@@ -1,7 +1,8 @@
 """What a decision's body is checked into: a row of the collection, the options the
 row stands for, and the figures of the writer's paired runtimes.
 
-    checked_row(spec, value, field, max_nodes) -> row    the shape, finite float32
+    checked_row(spec, value, field, max_nodes) -> row    the shape, finite float32,
+                                                          an older spec's upgraded
     options_of(spec, row, field) -> options               derived from the row alone
     decided_figures(spec, row, kept_default, pairs) -> PairedSummary
                                                           the server's figures
@@ -51,21 +52,29 @@ def checked_row(
     spec: CollectionSpec, value: Any, field: str, max_nodes: int
 ) -> np.ndarray[Any, Any]:
     """One row of ``spec``'s configs ([width], or [NC, width] per node), compacted
-    to the smallest exact dtype; ``InvalidRequest`` naming ``field``."""
+    to the smallest exact dtype; ``InvalidRequest`` naming ``field``. A row of an
+    older spec (``xla_cpu/1``'s [17]) is upgraded to today's first: it is the same
+    config, stored, compared and voted on as today's row."""
     _numbers(value, field)
     arr = config_array(value, field).astype(np.float64)
-    want = f"[NC,{spec.width}]" if spec.per_node else f"[{spec.width}]"
+    widths = {shape[-1] for shape in spec.config_shapes()}  # today's, older specs'
     ndim = 2 if spec.per_node else 1
-    if arr.ndim != ndim or arr.shape[-1] != spec.width or arr.size == 0:
+    if arr.ndim != ndim or arr.shape[-1] not in widths or arr.size == 0:
+        want = f"[NC,{spec.width}]" if spec.per_node else f"[{spec.width}]"
+        older = "".join(f" (or [{o.width}], {o.name})" for o in spec.older)
         raise InvalidRequest(
-            f"{spec.name} configs are one row of shape {want}, got {list(arr.shape)}",
+            f"{spec.name} configs are one row of shape {want}{older}, got "
+            f"{list(arr.shape)}",
             field,
         )
     if spec.per_node and arr.shape[0] > max_nodes:
         raise InvalidRequest(f"more than {max_nodes} rows", field)
     if not np.all(np.abs(arr) <= FLOAT32_MAX):
         raise InvalidRequest("values must be finite float32 numbers", field)
-    row: np.ndarray[Any, Any] = compact(arr[None])[0]
+    batch: np.ndarray[Any, Any] = arr[None]
+    if arr.shape[-1] != spec.width:  # an older spec's row (float32 holds it exactly)
+        batch = spec.upgrade(batch.astype(np.float32))
+    row: np.ndarray[Any, Any] = compact(batch)[0]
     return row
 
 

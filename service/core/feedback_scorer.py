@@ -29,7 +29,12 @@ from xla_costmodel.service.core.errors import InvalidRequest, RankingNotFound
 from xla_costmodel.service.core.graphs import Graphs
 from xla_costmodel.service.core.hlo import HloText
 from xla_costmodel.service.core.inference import InferencePool, Scored
-from xla_costmodel.service.core.inputs import Limits, RawGraph, check_configs
+from xla_costmodel.service.core.inputs import (
+    Limits,
+    RawGraph,
+    check_configs,
+    upgraded,
+)
 from xla_costmodel.service.core.recent import RankingKey, RecentRankings
 
 INT64_MAX = (1 << 63) - 1
@@ -111,6 +116,9 @@ class FeedbackScorer:
                 "ranking_id",
             )
         configs, scores = recalled
+        # A ranking an older release remembered (Redis outlives a rolling upgrade)
+        # holds an older spec's rows: stored as today's.
+        configs = upgraded(configs, runner)
         for i, index in enumerate(indices):
             if not 0 <= index < len(scores):
                 raise InvalidRequest(

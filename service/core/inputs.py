@@ -2,7 +2,9 @@
 
 Graph arrays go through ``xla_costmodel.tpugraphs.arrays.make_graph`` (the one definition of a valid
 graph); configs are checked against the artifact's declared config input, with its
-symbolic dimensions bound by the embedding the scorer will receive.
+symbolic dimensions bound by the embedding the scorer will receive. A batch of an
+older spec of the collection (``xla_cpu/1``'s 17 columns, from an old client) is
+upgraded to today's rows (``CollectionSpec.upgrade``) before anything else sees it.
 """
 
 from __future__ import annotations
@@ -130,19 +132,16 @@ def check_configs(
         raise InvalidRequest("no configs given", field)
     if arr.shape[0] > limits.max_configs:
         raise InvalidRequest(f"more than {limits.max_configs} configs", field)
-    if arr.size * 4 > limits.max_scored_bytes:  # as_float32's copy, before it is made
-        raise PayloadTooLarge(
-            f"{arr.size} config values are {arr.size * 4} bytes as float32, more "
-            f"than {limits.max_scored_bytes} (COSTMODEL_MAX_SCORED_BYTES)",
-            field,
-        )
+    _bounded(arr, limits, field)
     want = _expected_shape(spec, runner, embedding)
     if graph is not None and graph.node_config_ids is not None and len(want) == 3:
         want[1] = graph.num_configurable  # [C, NC, 18]: one row per configurable node
-    if arr.ndim != len(want) or any(
-        w is not None and w != got
-        for w, got in zip(want[1:], arr.shape[1:], strict=True)
-    ):
+    if not _fits(arr, want):
+        # Only a batch that does not fit pays for this: an older spec's rows
+        # (xla_cpu/1's 17 columns from an old client) in the artifact's width.
+        arr = upgraded(arr, runner)
+        _bounded(arr, limits, field)
+    if not _fits(arr, want):
         shown = ",".join("?" if w is None else str(w) for w in want)
         raise InvalidRequest(
             f"{runner.name} v{runner.version} takes {spec.name} of shape [{shown}], "
@@ -150,6 +149,37 @@ def check_configs(
             field,
         )
     return arr
+
+
+def _bounded(arr: np.ndarray[Any, Any], limits: Limits, field: str) -> None:
+    if arr.size * 4 > limits.max_scored_bytes:  # as_float32's copy, before it is made
+        raise PayloadTooLarge(
+            f"{arr.size} config values are {arr.size * 4} bytes as float32, more "
+            f"than {limits.max_scored_bytes} (COSTMODEL_MAX_SCORED_BYTES)",
+            field,
+        )
+
+
+def _fits(arr: np.ndarray[Any, Any], want: list[int | None]) -> bool:
+    return arr.ndim == len(want) and all(
+        w is None or w == got for w, got in zip(want[1:], arr.shape[1:], strict=True)
+    )
+
+
+def upgraded(arr: np.ndarray[Any, Any], runner: ArtifactRunner) -> np.ndarray[Any, Any]:
+    """``arr`` in today's rows if it is an older spec's batch of one-row configs
+    (``xla_cpu/1``'s [C,17]) and the artifact takes today's width; else ``arr`` as it
+    is (a caller refuses a batch that does not fit). A batch of small integers (int8
+    from the client) keeps its dtype, exact in the float32 upgrade: what ``recent``
+    remembers stays as small as it came."""
+    collection = runner.spec
+    older = {o.width for o in collection.older}
+    width = runner.manifest.config_input.shape[-1]
+    if arr.ndim != 2 or arr.shape[1] not in older or width != collection.width:
+        return arr
+    out = collection.upgrade(arr)
+    small = arr.dtype.kind in "biu" and arr.dtype.itemsize <= 2
+    return out.astype(arr.dtype) if small else out
 
 
 def config_array(value: Any, field: str) -> np.ndarray[Any, Any]:

@@ -1,8 +1,9 @@
 """Raw configs in a rank request -> config features, or ``InvalidRequest``.
 
 A collection configured by one row per config encodes its raw configs with its
-declared encoder (``CollectionSpec.raw``: tile sizes for tile, ``compiler_options``
-dicts for xla_cpu), needing nothing from the graph. Per-node (layout) configs name nodes, resolved
+declared encoder (``CollectionSpec.raw``: tile sizes for tile, option dicts as
+``xla_cpu2.CompilerOptions.flat`` spells them for xla_cpu, rows of ``xla_cpu/2``),
+needing nothing from the graph. Per-node (layout) configs name nodes, resolved
 against the graph's record (``xla_costmodel.service.core.graph_meta``): an instruction name when
 the graph arrived as HLO text, or a node id (a value of ``node_config_ids``, as a
 string since JSON keys are strings) either way. Nodes a config leaves out, and null

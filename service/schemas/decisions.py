@@ -14,7 +14,7 @@ from pydantic import (
     PlainValidator,
     WithJsonSchema,
 )
-from pydantic.config import JsonDict
+from pydantic.config import JsonDict, JsonValue
 
 from xla_costmodel.service.schemas.common import (
     COMPILER,
@@ -30,6 +30,8 @@ from xla_costmodel.service.schemas.common import (
     doc,
     integral,
 )
+from xla_costmodel.service.schemas.graphs import shapes_doc
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.collections import COLLECTIONS
 
 _DECISION_ROWS = {
@@ -47,11 +49,10 @@ DecisionConfig = Annotated[
     doc(
         _DECISION_ROWS,
         "the kept config as one row of the model's collection ("
-        + "; ".join(
-            f"{c.name}: [{'NC,' if c.per_node else ''}{c.width}]"
-            for c in COLLECTIONS.values()
-        )
-        + "); the default row when the default was kept",
+        + "; ".join(f"{c.name}: {shapes_doc(c, '')}" for c in COLLECTIONS.values())
+        + "); the default row when the default was kept. An older spec's row is "
+        "the same config as its upgrade (stored, answered and voted on as today's "
+        "row)",
     ),
 ]
 OptionName = Annotated[str, Field(min_length=1, max_length=200)]
@@ -102,12 +103,22 @@ PairedRuntimes = Annotated[
     ),
 ]
 _CLAIM = "a claim of old clients: accepted, never stored (the server computes it)"
+# A row that sets a top-level option and an entry of the extra-options map.
+_EXAMPLE_ROW: list[JsonValue] = [
+    int(v)
+    for v in xla_cpu2.from_options(
+        {
+            xla_cpu.SCHEDULER_KEY: "CPU_SCHEDULER_TYPE_CONCURRENCY_OPTIMIZED",
+            xla_cpu2.EXTRA_KEY: f"{xla_cpu2.THRESHOLD_KEY}=65536",
+        }
+    )
+]
 _EXAMPLE_DECISION: JsonDict = {
     "model": "xla_cpu",
     "target": "cpu-x86",
     "compiler": "jax 0.4.31",
     "graph_id": "0" * 64,
-    "config": [0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0],
+    "config": _EXAMPLE_ROW,
     "paired_runtimes_ns": [[1210, 1000], [1190, 1010], [1250, 990]],
     "budget": 64,
     "strategy": "model",
@@ -159,7 +170,9 @@ class DecisionIn(StrictWire):
         None,
         max_length=256,
         description="optional: derived by the service from the config row; if "
-        "sent, it must be exactly the row's (422 compiler_options)",
+        "sent, it must be exactly the row's (422 compiler_options), as "
+        "CompilerOptions.flat spells them: the xla_backend_extra_options map as one "
+        "'k=v,k=v' string",
     )
     refuted: RefutedIn | None = None
     speedup: Speedup | None = Field(None, description=_CLAIM)

@@ -19,7 +19,7 @@ from xla_costmodel.service.schemas.common import (
     Wire,
     doc,
 )
-from xla_costmodel.tpugraphs.collections import COLLECTIONS
+from xla_costmodel.tpugraphs.collections import COLLECTIONS, CollectionSpec
 
 
 def _rows(width: int, kind: str = "number") -> dict[str, Any]:
@@ -37,10 +37,24 @@ def _configs(per_node: bool, width: int) -> dict[str, Any]:
     return {**batch, "minItems": 1}  # an empty batch is a 422
 
 
+def widths(c: CollectionSpec) -> tuple[int, ...]:
+    """The row widths a collection's configs are taken in: today's, then each
+    older spec's (upgraded on arrival: ``xla_cpu/1``'s 17 -> ``xla_cpu/2``'s 20)."""
+    return tuple(shape[-1] for shape in c.config_shapes())
+
+
+def shapes_doc(c: CollectionSpec, batch: str = "C,") -> str:
+    """``[C,20] (or [C,17], xla_cpu/1)``: the shapes a collection's configs take,
+    as a batch (``batch="C,"``) or as one row (``batch=""``)."""
+    nodes = "NC," if c.per_node else ""
+    older = "".join(f" (or [{batch}{nodes}{o.width}], {o.name})" for o in c.older)
+    return f"[{batch}{nodes}{c.width}]{older}"
+
+
 _OPCODES = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 120}}
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
-# Every collection's config batch (one schema per distinct shape).
-_CONFIG_SHAPES = {(c.per_node, c.width) for c in COLLECTIONS.values()}
+# Every collection's config batch (one schema per distinct shape), older specs' too.
+_CONFIG_SHAPES = {(c.per_node, w) for c in COLLECTIONS.values() for w in widths(c)}
 _CONFIGS = {"oneOf": [_configs(*shape) for shape in sorted(_CONFIG_SHAPES)]}
 _PER_NODE = ", ".join(c.name for c in COLLECTIONS.values() if c.per_node)
 
@@ -57,7 +71,7 @@ Configs = Annotated[
     doc(
         _CONFIGS,
         "; ".join(
-            f"{c.name}: {c.config_key} {c.shape_doc()}" for c in COLLECTIONS.values()
+            f"{c.name}: {c.config_key} {shapes_doc(c)}" for c in COLLECTIONS.values()
         ),
     ),
 ]

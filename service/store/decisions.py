@@ -49,7 +49,7 @@ from xla_costmodel.service.store import codec
 from xla_costmodel.service.store.errors import StoreError, UnknownGraph
 from xla_costmodel.service.store.keys import replayed
 from xla_costmodel.service.store.records import MAX_LENGTHS, MeasurementBatch, Quota
-from xla_costmodel.service.store.rows import measurement_rows
+from xla_costmodel.service.store.rows import decoded_configs, measurement_rows
 from xla_costmodel.service.store.schema import (
     decisions,
     feedback_keys,
@@ -370,8 +370,9 @@ def _stored(row: Any) -> StoredDecision:
     blobs = [bytes(row.config)]
     if row.refuted_config is not None:
         blobs.append(bytes(row.refuted_config))
-    rows = codec.decode_configs(
-        blobs, [row.config_dtype] * len(blobs), [row.config_shape] * len(blobs)
+    n = len(blobs)
+    rows = decoded_configs(
+        row.collection, blobs, [row.config_dtype] * n, [row.config_shape] * n
     )
     return StoredDecision(
         id=int(row.id),

@@ -1,6 +1,12 @@
 """Measurements as table rows and back: a ``MeasurementBatch`` as rows of the
 ``measurements`` table (configs encoded by ``codec.py``), and selected rows as the
-arrays of ``StoredRows``."""
+arrays of ``StoredRows``.
+
+Configs are read back in today's rows of their collection (``decoded_configs``): a
+row stored in an older spec's shape (``xla_cpu/1``'s "17") is upgraded as it is
+read. Revision 0005 rewrote the rows stored before it; this covers the ones a
+replica still running the older release writes during a rolling upgrade.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from xla_costmodel.service.store import codec
+from xla_costmodel.service.store.errors import StoreError
 from xla_costmodel.service.store.records import MeasurementBatch, StoredRows
+from xla_costmodel.tpugraphs.collections import COLLECTIONS
 
 
 def measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
@@ -46,10 +54,41 @@ def measurement_rows(batch: MeasurementBatch) -> list[dict[str, Any]]:
     ]
 
 
-def measured(rows: list[Any]) -> StoredRows:
+def decoded_configs(
+    collection: str, blobs: list[bytes], dtypes: list[str], shapes: list[str]
+) -> np.ndarray[Any, Any]:
+    """Stored configs of ``collection`` as float32 [N, ...] in today's rows (an older
+    spec's upgraded); ``codec.decode_configs`` when no row has an older shape."""
+    distinct = sorted(set(shapes))
+    if not _older(collection, distinct):
+        return codec.decode_configs(blobs, dtypes, shapes)
+    spec = COLLECTIONS[collection]
+    out = np.empty((len(blobs), spec.width), np.float32)
+    for shape in distinct:
+        at = [i for i, s in enumerate(shapes) if s == shape]
+        part = codec.decode_configs(
+            [blobs[i] for i in at], [dtypes[i] for i in at], [shape] * len(at)
+        )
+        try:
+            out[at] = spec.upgrade(part)
+        except ValueError as exc:
+            raise StoreError(f"stored {collection} configs: {exc}") from None
+    return out
+
+
+def _older(collection: str, shapes: list[str]) -> bool:
+    """Whether rows of ``shapes`` are an older spec's rows of the collection."""
+    spec = COLLECTIONS.get(collection)
+    if spec is None or spec.per_node:
+        return False
+    return any(s in {str(o.width) for o in spec.older} for s in shapes)
+
+
+def measured(rows: list[Any], collection: str) -> StoredRows:
     """Rows of (id, config, config_dtype, config_shape, runtime_ns, score, writer,
-    compiler) as arrays."""
-    configs = codec.decode_configs(
+    compiler) of ``collection`` as arrays."""
+    configs = decoded_configs(
+        collection,
         [bytes(r.config) for r in rows],
         [r.config_dtype for r in rows],
         [r.config_shape for r in rows],

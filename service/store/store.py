@@ -233,7 +233,7 @@ class MeasurementStore:
             query = query.where(sub.c.newest <= max(0, limit)).order_by(sub.c.id)
         with self._transaction("reading measurements") as conn:
             rows = list(conn.execute(query).all())
-        return measured(rows)
+        return measured(rows, collection)
 
     def target_generation(self, collection: str, target: str) -> tuple[int, int]:
         """(count, max id) of every measurement of a (collection, target): changes
@@ -277,7 +277,7 @@ class MeasurementStore:
         by_graph: dict[str, list[Any]] = {}
         for r in rows:
             by_graph.setdefault(r.graph_id, []).append(r)
-        return {gid: measured(group) for gid, group in by_graph.items()}
+        return {gid: measured(group, collection) for gid, group in by_graph.items()}
 
     def keys(
         self,

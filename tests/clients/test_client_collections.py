@@ -20,7 +20,7 @@ from xla_costmodel.clients import (
     VersionNotLoaded,
 )
 from xla_costmodel.clients.payloads import config_array, configs_npz, prepare_graph
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.collections import TILE, XLA_CPU
 
@@ -73,16 +73,16 @@ def test_the_payload_follows_the_models_collection_not_its_name(
     (int8 bits under ``config_feat``); tile rows are refused before they are sent."""
     fake = FakeService({"tile": "xla_cpu"})
     with CostModelClient(transport=httpx.MockTransport(fake)) as client:
-        client.rank("tile", tile_sample.graph, xla_cpu.sample(5, 0))
+        client.rank("tile", tile_sample.graph, xla_cpu2.sample(5, 0))
         with np.load(io.BytesIO(fake.ops[-1].content)) as sent:
-            assert sent["config_feat"].shape == (5, xla_cpu.WIDTH)
+            assert sent["config_feat"].shape == (5, xla_cpu2.WIDTH)
             assert sent["config_feat"].dtype == np.int8
         with pytest.raises(InvalidRequest) as info:
             client.rank("tile", tile_sample.graph, tile_sample.configs)
         assert info.value.field == "config_feat" and len(fake.ops) == 1
         # A refusal may mean the model changed: the next call asks again.
         assert client.collections.get("tile") is None
-        client.rank("tile", tile_sample.graph, xla_cpu.sample(2, 1))
+        client.rank("tile", tile_sample.graph, xla_cpu2.sample(2, 1))
     assert fake.paths().count("GET /v1/models") == 2
 
 

@@ -12,7 +12,7 @@ import pytest
 from xla_costmodel.clients import InvalidRequest, prepare_graph
 from xla_costmodel.clients.payloads import config_array, configs_npz, savez_bytes
 from xla_costmodel.clients.raw_configs import configs_per_node
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.arrays import Sample
 from xla_costmodel.tpugraphs.collections import LAYOUT, TILE, XLA_CPU, get
 from xla_costmodel.tpugraphs.graph_id import graph_id
@@ -99,8 +99,11 @@ def test_configs_are_built_for_the_models_collection(tile_sample: Sample) -> Non
     """A graph without configurable nodes takes the rows of the model's collection
     (tile or xla_cpu), named by the model, not told by the configs' width or form."""
     graph = prepare_graph(tile_sample.graph)
-    rows = config_array(xla_cpu.sample(3, 0), graph, XLA_CPU)
-    assert rows.shape == (3, xla_cpu.WIDTH) and configs_per_node(rows) is False
+    rows = config_array(xla_cpu2.sample(3, 0), graph, XLA_CPU)
+    assert rows.shape == (3, xla_cpu2.WIDTH) and configs_per_node(rows) is False
+    # An older client's xla_cpu/1 rows are the same configs at today's width.
+    older = config_array(xla_cpu.sample(3, 0), graph, XLA_CPU)
+    np.testing.assert_array_equal(older, xla_cpu2.upgrade_v1_rows(xla_cpu.sample(3, 0)))
     with np.load(io.BytesIO(configs_npz(rows, graph, XLA_CPU))) as d:
         assert d["config_feat"].dtype == np.int8  # 0/1 bits
     with pytest.raises(InvalidRequest) as info:  # xla_cpu rows for a tile model
@@ -108,8 +111,8 @@ def test_configs_are_built_for_the_models_collection(tile_sample: Sample) -> Non
     assert info.value.field == "config_feat"
     raw = [{}, {xla_cpu.SCHEDULER_KEY: "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}]
     encoded = config_array(raw, graph, XLA_CPU)
-    np.testing.assert_array_equal(encoded[0], xla_cpu.default_row())
-    assert xla_cpu.to_options(encoded[1]) == raw[1]
+    np.testing.assert_array_equal(encoded[0], xla_cpu2.default_row())
+    assert xla_cpu2.to_options(encoded[1]).flat() == raw[1]
     with pytest.raises(InvalidRequest):  # not tile sizes
         config_array(raw, graph, TILE)
     with pytest.raises(InvalidRequest) as info:

@@ -114,6 +114,8 @@ def test_tune_forwards_its_options_but_the_token_to_its_worker(
             "--no-reuse",
             "--min-writers",
             "1",
+            "--spec",
+            "xla_cpu/2",
             "--worker",
         ]
     ]
@@ -136,6 +138,8 @@ def test_collect_forwards_its_options_to_its_worker(
             "",
             "--configs",
             "100",
+            "--spec",
+            "xla_cpu/2",
             "--time-budget",
             "4500.0",
             "--seed",

@@ -21,17 +21,30 @@ import pytest
 
 from xla_costmodel.clients import CostModelClient, RetryPolicy
 from xla_costmodel.clients.xla import jit
+from xla_costmodel.clients.xla.compile_options import compile_with
 from xla_costmodel.clients.xla.dropin import INVALID_ROW
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import machine, xla_cpu, xla_cpu2
 
 MODEL = "xla_cpu"
 TARGET = "test-verify-cpu"
 
 
 def _row(column: str, value: float) -> tuple[float, ...]:
-    row = xla_cpu.default_row()
-    row[xla_cpu.COLUMNS.index(column)] = value
+    """An ``xla_cpu/2`` row: the default with one column changed."""
+    row = xla_cpu2.default_row()
+    row[xla_cpu2.COLUMNS.index(column)] = value
     return tuple(float(v) for v in row)
+
+
+def _row_with(row: tuple[float, ...], column: str, value: float) -> tuple[float, ...]:
+    out = list(row)
+    out[xla_cpu2.COLUMNS.index(column)] = value
+    return tuple(out)
+
+
+def _options(row: tuple[float, ...]) -> dict[str, Any]:
+    """A row's options as the wire and the reports spell them."""
+    return xla_cpu2.to_options(row).flat()
 
 
 # Without YNN's reduce fusion XLA sums the row means in another order: a
@@ -98,7 +111,7 @@ def _answer(
 ) -> dict[str, Any]:
     """A ``GET /v1/best`` body deciding ``config``; ``compiler_options`` as a
     server (or a writer it trusted) might send them."""
-    sent = xla_cpu.to_options(config) if options is None else options
+    sent = _options(config) if options is None else options
     return {
         "graph_id": "ab" * 32,
         "target": TARGET,
@@ -129,9 +142,7 @@ def test_a_row_whose_outputs_differ_is_not_applied_and_is_reported() -> None:
 
     fn, args = _chaos()
     lowered = jax.jit(fn).lower(*args)
-    decided = np.asarray(
-        lowered.compile(compiler_options=dict(xla_cpu.to_options(DIFFERS)))(*args)
-    )
+    decided = np.asarray(compile_with(lowered, xla_cpu2.to_options(DIFFERS))(*args))
     default = _plain(fn, args)
     assert not np.allclose(decided, default, atol=0.1)  # the premise: a real change
 
@@ -152,7 +163,7 @@ def test_a_row_whose_outputs_differ_is_not_applied_and_is_reported() -> None:
     assert service.requests == [("GET", "/v1/best"), ("POST", "/v1/decisions")]
     (sent,) = service.decisions
     assert sent["refuted"] == {"config": list(DIFFERS), "reason": "outputs"}
-    assert sent["config"] == [float(v) for v in xla_cpu.default_row()]
+    assert sent["config"] == [float(v) for v in xla_cpu2.default_row()]
     assert sent["kept_default"] is True and sent["strategy"] == "verify"
     assert sent["budget"] == 0 and "paired_runtimes_ns" not in sent
     assert "compiler_options" not in sent and "speedup" not in sent
@@ -182,11 +193,56 @@ def test_a_row_with_the_same_outputs_is_applied_after_one_verified_run() -> None
         out = f(*args)
     report = f.report
     assert report is not None and report.source == "best_known", report.reason
-    assert report.compiler_options == xla_cpu.to_options(SAME) != {}
+    assert report.compiler_options == _options(SAME) != {}
     assert report.outputs is not None and report.outputs.ok
     assert report.verify_ms > 0
     np.testing.assert_array_equal(np.asarray(out), _plain(fn, args))
     assert service.decisions == []
+
+
+def test_a_loop_threshold_row_is_applied_through_the_extra_options_map() -> None:
+    """An ``xla_cpu/2`` row setting the loop-hoisting threshold (an entry of
+    ``xla_backend_extra_options``): compiled with ``compile_with`` beside the
+    default, verified, applied; the report spells the map as the wire does."""
+    hoist = _row("small_while_loop_default", 0.0)
+    hoist = _row_with(hoist, "small_while_loop_65536", 1.0)
+    fn, args = _chaos()
+    service = FakeService(_answer(hoist))
+    with service.client() as client:
+        f = jit(fn, client=client, model=MODEL, target=TARGET)
+        out = f(*args)
+    report = f.report
+    assert report is not None and report.source == "best_known", report.reason
+    assert report.compiler_options == {
+        xla_cpu2.EXTRA_KEY: f"{xla_cpu2.THRESHOLD_KEY}=65536"
+    }
+    assert report.outputs is not None and report.outputs.ok
+    np.testing.assert_array_equal(np.asarray(out), _plain(fn, args))
+
+
+def test_an_older_servers_xla_cpu_1_row_is_upgraded_and_applied() -> None:
+    """A 17-value row (``xla_cpu/1``, from a server that predates ``xla_cpu/2``):
+    the same config at the threshold's default; a refutation sends 20 values."""
+    old = xla_cpu2.downgrade(SAME)
+    assert old is not None and old.shape == (xla_cpu.WIDTH,)
+    fn, args = _chaos()
+    service = FakeService(_answer(tuple(float(v) for v in old), _options(SAME)))
+    with service.client() as client:
+        f = jit(fn, client=client, model=MODEL, target=TARGET)
+        f(*args)
+    assert f.report is not None and f.report.source == "best_known", f.report.reason
+    assert f.report.compiler_options == _options(SAME)
+
+    older = xla_cpu2.downgrade(DIFFERS)
+    assert older is not None
+    service = FakeService(_answer(tuple(float(v) for v in older), _options(DIFFERS)))
+    with service.client() as client:
+        g = jit(fn, client=client, model=MODEL, target=TARGET)
+        g(*args)
+    assert g.report is not None and g.report.source == "default"
+    (sent,) = service.decisions
+    assert sent["refuted"]["config"] == list(DIFFERS)
+    assert len(sent["config"]) == xla_cpu2.WIDTH
 
 
 def test_a_mismatch_with_donated_arguments_still_returns_the_default() -> None:
@@ -223,7 +279,7 @@ def _tiny() -> tuple[Any, tuple[Any, ...]]:
     return fn, (jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32),)
 
 
-@pytest.mark.parametrize("row", [SAME, tuple(float(v) for v in xla_cpu.default_row())])
+@pytest.mark.parametrize("row", [SAME, tuple(float(v) for v in xla_cpu2.default_row())])
 def test_free_form_options_in_the_answer_are_never_compiled(
     row: tuple[float, ...], tmp_path: Path
 ) -> None:
@@ -237,20 +293,21 @@ def test_free_form_options_in_the_answer_are_never_compiled(
     assert probe.exists()
 
     dump = tmp_path / "dump"
-    sent = {"xla_dump_to": str(dump), **xla_cpu.to_options(row)}
+    sent = {"xla_dump_to": str(dump), **_options(row)}
     service = FakeService(_answer(row, sent))
     with service.client() as client:
         f = jit(fn, client=client, model=MODEL, target=TARGET)
         f(*args)
     assert f.report is not None and f.report.source == "best_known", f.report.reason
-    assert f.report.compiler_options == xla_cpu.to_options(row)
+    assert f.report.compiler_options == _options(row)
     assert not dump.exists()
 
 
 @pytest.mark.parametrize(
     "row",
     [
-        (1.0,) * xla_cpu.WIDTH,  # three scheduler bits
+        (1.0,) * xla_cpu2.WIDTH,  # three scheduler bits
+        (1.0,) * xla_cpu.WIDTH,  # an xla_cpu/1 row (upgraded), three scheduler bits
         (1.0, 0.0),  # the wrong width
         # valid bits, but a pair the spec never samples (it crashed XLA)
         tuple(
@@ -316,7 +373,7 @@ def test_a_refuted_row_is_no_longer_served(served: tuple[str, str]) -> None:
             MODEL,
             graph,
             np.asarray(pairs[0], np.int64),
-            configs=np.stack([xla_cpu.default_row(), np.asarray(DIFFERS, np.float32)]),
+            configs=np.stack([xla_cpu2.default_row(), np.asarray(DIFFERS, np.float32)]),
             target=target,
             compiler=compiler,
         )
@@ -373,4 +430,4 @@ def test_costmodel_best_shows_the_rows_options_escaped(
     )
     _show(known, machine.compiler(), json_=True)
     out, _ = capsys.readouterr()
-    assert json.loads(out)["compiler_options"] == xla_cpu.to_options(SAME)
+    assert json.loads(out)["compiler_options"] == _options(SAME)

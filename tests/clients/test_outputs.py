@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from xla_costmodel.clients.xla.compile_options import compile_with
 from xla_costmodel.clients.xla.outputs import compare, compare_leaves
 from xla_costmodel.clients.xla.tune_config import TuneConfig
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 F32 = np.float32
 RTOL = TuneConfig().max_rel_diff  # the tuner's default tolerance, 1e-3
@@ -262,12 +264,13 @@ def test_a_training_step_passes_under_option_sets_that_change_its_hlo() -> None:
     ref = lowered.compile()(*args)
     assert float(ref[1]["shift"][0]) == 0.0
     noisy = 0
-    for row in xla_cpu.sample(12, 0)[1:]:
-        options: dict[str, Any] = dict(xla_cpu.to_options(row))
-        compiled = lowered.compile(compiler_options=options)
-        out = compiled(*args)
+    # The tuner's candidates (xla_cpu/2: the loop threshold alone, then the
+    # xla_cpu/1 draws with a threshold each), compiled as the tuner compiles them.
+    for row in xla_cpu2.sample(14, 0)[1:]:
+        options = xla_cpu2.to_options(row)
+        out = compile_with(lowered, options)(*args)
         check = compare(out, ref, rtol=RTOL)
-        assert check.ok, (xla_cpu.to_options(row), check)
+        assert check.ok, (options, check)
         if float(out[1]["shift"][0]) != 0.0:  # rounding noise on the zero leaf
             noisy += 1
             assert _old_rel_diff(jax.tree.leaves(out), jax.tree.leaves(ref)) > 1.0
@@ -288,7 +291,13 @@ def test_the_bench_refuses_a_config_whose_output_is_nan(tmp_path: Path) -> None:
     x = jnp.array([1.0, jnp.nan, 2.5, 4.35, jnp.nan], jnp.float32)
     lowered = jax.jit(guarded).lower(x)
     bench = Bench(lowered, (x,), TuneConfig(), tmp_path, tmp_path / "crash.journal")
-    fast, plain = bench.compile([1, 2], [dict(FAST_MATH), {xla_cpu.REGION_KEY: True}])
+    fast, plain = bench.compile(
+        [1, 2],
+        [
+            CompilerOptions(compiler_options=FAST_MATH),
+            CompilerOptions(compiler_options={xla_cpu.REGION_KEY: True}),
+        ],
+    )
     assert fast.executable is None and fast.error is not None
     assert "NaN" in fast.error and fast.max_rel_diff == math.inf
     assert plain.executable is not None and plain.max_rel_diff == 0.0

@@ -33,7 +33,7 @@ from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.tune import TuneReport, tune
 from xla_costmodel.clients.xla.tune_bench import Bench
 from xla_costmodel.clients.xla.tune_config import Hooks, TuneConfig
-from xla_costmodel.tpugraphs import machine, xla_cpu
+from xla_costmodel.tpugraphs import machine, xla_cpu2
 from xla_costmodel.tpugraphs.paired import summarize
 
 MODEL = "xla_cpu"
@@ -104,7 +104,7 @@ def _decide(
     """Store a decision for ``fn`` as a tuner would (the graph with feedback first,
     then the row and pairs that show it 1.3x faster); returns its options."""
     graph, fingerprint = _program(fn, args)
-    config = xla_cpu.sample(8, 0)[0 if row is None else row]
+    config = xla_cpu2.sample(8, 0)[0 if row is None else row]
     compiler = compiler or machine.compiler()
     decision = Decision(
         graph_id=graph.graph_id,
@@ -118,7 +118,7 @@ def _decide(
         hlo_fingerprint=fingerprint,
     )
     with CostModelClient(url, token=token or "") as client:
-        rows = np.stack([xla_cpu.sample(8, 0)[0], config])
+        rows = np.stack([xla_cpu2.default_row(), config])
         client.feedback(
             MODEL,
             graph,
@@ -128,7 +128,7 @@ def _decide(
             compiler=compiler,
         )
         assert client.record_decision(MODEL, decision).stored
-    return xla_cpu.to_options(config)
+    return xla_cpu2.to_options(config).flat()
 
 
 class Counting(httpx.HTTPTransport):
@@ -230,7 +230,7 @@ def test_jit_with_a_budget_tunes_in_a_child_and_stores_the_decision(
     with CostModelClient(server) as client:
         best = client.best(MODEL, graph_id=f.report.graph_id, target=target)
     assert best is not None and best.compiler == machine.compiler()
-    assert xla_cpu.to_options(best.config) == f.report.compiler_options
+    assert xla_cpu2.to_options(best.config).flat() == f.report.compiler_options
     # Another process of this machine now applies it without tuning: the child
     # stored it under the caller's fingerprint.
     g = jit(fn, server=server, target=target, budget=2, tune_kwargs=tune_kwargs)
@@ -476,7 +476,7 @@ def test_tune_refutes_a_decision_that_is_slower_here_and_searches(
     # The run's decision carries the refutation, with the pairs that show it (the
     # service checks they do) and it was stored.
     assert report.refuted is not None and report.refuted.reason == "slower"
-    assert report.refuted.config == tuple(xla_cpu.sample(8, 0)[3])
+    assert report.refuted.config == tuple(xla_cpu2.sample(8, 0)[3])
     assert summarize(report.refuted.paired_runtimes_ns).slower
     assert report.decision_stored, report.notes
 

@@ -31,8 +31,9 @@ from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.clients.xla.tune import TuneConfig, TuneReport, autotuned, tune
 from xla_costmodel.clients.xla.tune_config import config_key
 from xla_costmodel.harness import SERVE_MODULE, ServiceServer
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 from xla_costmodel.tpugraphs.paired import summarize
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL: Final = "xla_cpu"
@@ -136,7 +137,7 @@ def test_tune_ranks_measures_feeds_back_and_keeps_a_sound_choice(
         for m, entry in zip(report.measured, body["measured"], strict=True):
             assert m.ms > 0 and entry == m.to_json()
             assert set(entry) >= {"compiler_options", "ms", "vs_default", "round"}
-            xla_cpu.from_options(m.compiler_options)  # a valid xla_cpu/1 config
+            xla_cpu2.from_options(m.compiler_options)  # a valid xla_cpu/2 config
         # Every round's measurements (the default's too) were stored by the service.
         for r in report.rounds:
             assert r.feedback_stored == r.measured + 1
@@ -161,7 +162,7 @@ def test_tune_ranks_measures_feeds_back_and_keeps_a_sound_choice(
         import jax
 
         hlo = Hlo(jax.jit(fn).lower(*args).as_text(dialect="hlo"), configurable=None)
-        again = client.rank(MODEL, hlo, xla_cpu.sample(8, 0), target=report.target)
+        again = client.rank(MODEL, hlo, xla_cpu2.sample(8, 0), target=report.target)
         distinct = 1 + len(report.measured)
         assert again.adapted == (distinct if distinct >= 4 else 0)
     np.testing.assert_allclose(tuned(*args), fn(*args), rtol=1e-5, atol=1e-6)
@@ -327,7 +328,7 @@ def test_configs_that_crashed_an_earlier_run_are_left_out(tmp_path: Path) -> Non
         return TuneConfig(
             budget=budget,
             strategy="random",
-            candidates=8,
+            candidates=16,
             protocol=QUICK,
             crash_dir=tmp_path,
         )
@@ -335,15 +336,20 @@ def test_configs_that_crashed_an_earlier_run_are_left_out(tmp_path: Path) -> Non
     first = tune(fn, args, config(1))
     assert first.notes == ()
     (journal,) = tmp_path.glob("*.journal")  # one per program
-    rows = xla_cpu.sample(8, 0)
-    # As a process killed while compiling rows 1-5 would have left it: begun, not ended.
+    # the tuner's candidates: no while loop here, so no loop-threshold rows
+    rows = xla_cpu2.sample_for_program(16, 0, loops=False)
+    crashed = range(1, len(rows) - 2)
+    # As a process killed while compiling them would have left it: begun, not ended.
     with journal.open("a") as f:
-        f.writelines(f"c {config_key(rows[i])}\n" for i in range(1, 6))
+        f.writelines(f"c {config_key(rows[i])}\n" for i in crashed)
     again = tune(fn, args, config(2))
     tried = [m.compiler_options for m in (*again.measured, *again.failed)]
-    expected = [xla_cpu.to_options(rows[i]) for i in (6, 7)]
+    expected = [xla_cpu2.to_options(rows[i]).flat() for i in (-2, -1)]
     assert sorted(map(str, tried)) == sorted(map(str, expected))
-    assert "left out 5 config(s) that crashed an earlier run" in again.notes[0]
+    assert (
+        f"left out {len(crashed)} config(s) that crashed an earlier run"
+        in again.notes[0]
+    )
 
 
 def _costmodel(*argv: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -470,7 +476,8 @@ def test_a_finalist_is_timed_in_a_fresh_process_on_every_cpu_and_on_one() -> Non
     from xla_costmodel.clients.xla.confirm import Confirmer
 
     fn, args = _tiny()
-    options = xla_cpu.to_options(xla_cpu.sample(8, 0)[3])
+    options = xla_cpu2.to_options(xla_cpu2.sample(8, 0)[1])  # the loop threshold
+    assert options.extra_options  # the map travels to the child, and applies there
     c = Confirmer(fn, args).run(options, rounds=7, runs=1)
     assert c.error is None and c.pid is not None and c.pid != os.getpid()
     assert len(c.pairs) == 7 and all(d > 0 and t > 0 for d, t in c.pairs)
@@ -478,5 +485,7 @@ def test_a_finalist_is_timed_in_a_fresh_process_on_every_cpu_and_on_one() -> Non
     assert len(c.one_cpu) == (7 if cpus > 1 else 0)
     assert c.load is not None and c.controls >= 0.0
     # Options XLA rejects there are an error, not a crash.
-    bad = Confirmer(fn, args).run({"xla_no_such_option_for_test": True})
+    bad = Confirmer(fn, args).run(
+        CompilerOptions(compiler_options={"xla_no_such_option_for_test": True})
+    )
     assert bad.error is not None and bad.summary is None

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xla_costmodel.clients.xla import decide, policy
-from xla_costmodel.tpugraphs import paired, xla_cpu
+from xla_costmodel.tpugraphs import paired, xla_cpu, xla_cpu2
 
 
 def test_the_first_round_measures_the_portfolio_and_the_last_exploits() -> None:
@@ -179,7 +179,7 @@ def test_a_decision_sends_the_pairs_never_claimed_figures() -> None:
     from xla_costmodel.clients.xla.reuse import Program, decision
 
     program = Program("g" * 64, "f" * 64)
-    row = xla_cpu.sample(8, 0)[3]
+    row = xla_cpu2.sample(8, 0)[3]
     pairs = ((1_300_000, 1_000_000), (1_250_000, 1_000_000))
     common: dict[str, Any] = {
         "target": "t",
@@ -195,8 +195,31 @@ def test_a_decision_sends_the_pairs_never_claimed_figures() -> None:
     assert not {"speedup", "speedup_low", "p_value", "pairs"} & set(body)
     assert "compiler_options" not in body  # the service derives them from the row
     refuted = Refuted(config=kept.config, reason="slower", paired_runtimes_ns=pairs)
-    default = decision(program, xla_cpu.sample(8, 0)[0], (), refuted=refuted, **common)
+    default = decision(program, xla_cpu2.default_row(), (), refuted=refuted, **common)
     assert default.kept_default and "paired_runtimes_ns" not in default.to_json(
         "m", None
     )
     assert default.to_json("m", None)["refuted"]["reason"] == "slower"
+
+
+def test_a_crash_journal_names_an_xla_cpu_2_row_as_its_xla_cpu_1_row_was() -> None:
+    """``config_key``: journals written before the loop threshold existed still
+    name the configs that crashed; every sampled row keeps a name of its own."""
+    from xla_costmodel.clients.xla.tune_config import config_key
+
+    older = xla_cpu.sample(64, 0)
+    assert [config_key(xla_cpu2.upgrade_v1(r)) for r in older] == [
+        config_key(r) for r in older
+    ]
+    rows = xla_cpu2.sample(256, 0)
+    assert len({config_key(r) for r in rows}) == len(rows)
+
+
+def test_short_spells_each_extra_option_of_the_map() -> None:
+    from xla_costmodel.clients.xla.programs import short
+
+    row = xla_cpu2.sample(8, 0)[1]  # the default with the loop threshold at 65536
+    assert short(xla_cpu2.to_options(row).flat()) == (
+        "small_while_loop_byte_threshold=65536"
+    )
+    assert "not,spelled" in short({xla_cpu2.EXTRA_KEY: "not,spelled"})

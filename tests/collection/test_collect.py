@@ -7,6 +7,7 @@ fail with a message saying so, never skip.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -21,7 +22,8 @@ from typer.testing import CliRunner
 from xla_costmodel import cli, extras
 from xla_costmodel.clients.xla.measure import TimingProtocol
 from xla_costmodel.collection.zoo import PROGRAMS, Program, families, select
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
+from xla_costmodel.tpugraphs.xla_cpu2 import CompilerOptions
 
 # These tests check the files, not the noise: on a loaded 2-core machine a control of a
 # microsecond program can take 10x the other (one preemption in a one-run round), and
@@ -77,12 +79,11 @@ def _run(out: Path, hook: Any = None) -> list[dict[str, Any]]:
     )
 
 
-def _break_row_2(index: int, options: dict[str, Any]) -> dict[str, Any]:
-    return (
-        {**options, "xla_cpu_scheduler_type": "NO_SUCH_SCHEDULER"}
-        if index == 2
-        else options
-    )
+def _break_row_2(index: int, options: CompilerOptions) -> CompilerOptions:
+    if index != 2:
+        return options
+    bad = {**options.compiler_options, "xla_cpu_scheduler_type": "NO_SUCH_SCHEDULER"}
+    return dataclasses.replace(options, compiler_options=bad)
 
 
 @pytest.mark.usefixtures("jax_installed")
@@ -92,26 +93,30 @@ def test_collect_writes_tpugraphs_files_and_records_failures(tmp_path: Path) -> 
     with np.load(tmp_path / "tiny_mlp.npz", allow_pickle=False) as z:
         data = {k: z[k] for k in z.files}
     assert set(data) == KEYS
-    assert data["config_spec"].shape == () and str(data["config_spec"]) == xla_cpu.SPEC
+    assert data["config_spec"].shape == () and str(data["config_spec"]) == "xla_cpu/2"
     n = len(data["node_opcode"])
     assert data["node_feat"].shape == (n, 140) and data["node_feat"].dtype == np.float32
     assert data["node_opcode"].dtype == np.uint8
     assert data["edge_index"].dtype == np.int64 and data["edge_index"].shape[1] == 2
     assert data["node_splits"][-1] == n
     # Row 2 failed to compile: two of three sampled rows remain, row 0 the default.
-    rows = xla_cpu.sample(3, 0)
+    rows = xla_cpu2.sample(3, 0)
     np.testing.assert_array_equal(data["config_feat"], rows[[0, 1]])
+    assert data["config_feat"].shape == (2, 20)
     assert data["config_feat"].dtype == np.float32
     runtimes, norms = data["config_runtime"], data["config_runtime_normalizers"]
     assert runtimes.dtype == norms.dtype == np.int64 and (runtimes > 0).all()
     np.testing.assert_array_equal(norms, np.full(2, runtimes[0]))
 
     side = json.loads((tmp_path / "tiny_mlp.json").read_text())
+    assert side["spec"] == "xla_cpu/2" and side["columns"] == list(xla_cpu2.COLUMNS)
+    assert side["skipped_columns"] == {} and side["skipped_rows"] == []
     assert side["rows"] == [0, 1] and side["options"][0] == {}
-    assert side["options"][1] == xla_cpu.to_options(rows[1])
+    assert side["options"][1] == xla_cpu2.to_options(rows[1]).flat()
     (failure,) = side["compile_failures"]
     assert failure["row"] == 2 and failure["error"]
     assert failure["options"]["xla_cpu_scheduler_type"] == "NO_SUCH_SCHEDULER"
+    assert "xla_backend_extra_options" in failure["options"]  # row 2: 1e9
     assert len(side["default_copies_ns"]) == 3  # row 0 + two controls
     assert side["controls_distinct_executables"] is True
     assert side["controls_same_optimized_hlo"] is True
@@ -141,7 +146,7 @@ def test_collect_writes_tpugraphs_files_and_records_failures(tmp_path: Path) -> 
 
 @pytest.mark.usefixtures("jax_installed")
 def test_a_program_whose_default_fails_is_dropped_and_recorded(tmp_path: Path) -> None:
-    def break_default(index: int, options: dict[str, Any]) -> dict[str, Any]:
+    def break_default(index: int, options: CompilerOptions) -> CompilerOptions:
         return _break_row_2(2, options) if index == 0 else options
 
     (side,) = _run(tmp_path, break_default)
@@ -172,6 +177,7 @@ def test_the_command_collects_a_zoo_program(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     side = json.loads((tmp_path / "mlp_train_3x1024_b64.json").read_text())
     assert side["family"] == "mlp" and side["pinned_cpus"] == side["compile_cpus"]
+    assert side["spec"] == "xla_cpu/2"  # the default --spec, through the supervisor
     assert side["protocol"]["noise_threshold"] == 0.5 and side["protocol"]["runs"] == 1
     assert "mlp_train_3x1024_b64" in (tmp_path / "progress.log").read_text()
 
@@ -235,7 +241,9 @@ def test_the_datasheet_is_computed_from_the_sidecars_and_compares_other_cpus(
     datasheet.main([str(here)])
     text = (here / "DATASHEET.md").read_text()
     assert "1 real JAX / keras programs in 1 architecture families" in text
-    assert "| tiny_mlp | test |" in text
+    assert "| tiny_mlp | test | xla_cpu/2 (20) |" in text
+    assert "`xla_cpu/2` [C,20]: 1 programs" in text
     assert f"{side['default_ms']:.2f}" in text
     assert "- `cpu-test-9.9-avx2`: " in text and "family 9 model 9" in text
     assert "| tiny_mlp | cpu-test-9.9-avx2 | 3 |" in text
+    assert "| xla_cpu/2 / xla_cpu/2 |" in text

@@ -17,7 +17,7 @@ from xla_costmodel.manifest import (
     sha256_file,
     write_manifest,
 )
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
 
 def _spec(name: str, shape: list[int | str], dtype: str = "float32") -> TensorSpec:
@@ -87,10 +87,13 @@ def test_the_config_input_has_its_collections_width(tmp_path: Path) -> None:
     write_manifest(tmp_path, manifest)
     with pytest.raises(ArtifactError, match=r"ends in \[24\], a xla_cpu config row"):
         read_manifest(tmp_path)
-    widths = [_spec("graph_embedding", [8]), _spec("config_feat", ["c", xla_cpu.WIDTH])]
+    widths = [
+        _spec("graph_embedding", [8]),
+        _spec("config_feat", ["c", xla_cpu2.WIDTH]),
+    ]
     right = _manifest(tmp_path, widths).model_copy(update={"collection": "xla_cpu"})
     write_manifest(tmp_path, right)
-    assert read_manifest(tmp_path).spec.width == xla_cpu.WIDTH
+    assert read_manifest(tmp_path).spec.width == xla_cpu2.WIDTH
 
 
 def test_unknown_fields_and_missing_manifest(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from xla_costmodel.models.synthetic import (
     MAKERS,
@@ -15,7 +16,8 @@ from xla_costmodel.models.synthetic import (
     make_xla_cpu_arrays,
     write_npz,
 )
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
+from xla_costmodel.tpugraphs.errors import GraphFormatError
 from xla_costmodel.tpugraphs.reader import load_npz
 from xla_costmodel.tpugraphs.spec import (
     COLLECTION_NAMES,
@@ -79,10 +81,27 @@ def test_xla_cpu_files_name_their_spec_and_put_the_default_first(
     check_format(
         {k: v for k, v in arrays.items() if k != CONFIG_SPEC_KEY}, XLA_CPU_KEYS[:-1]
     )
-    assert tuple(arrays) == XLA_CPU_KEYS and str(arrays[CONFIG_SPEC_KEY]) == "xla_cpu/1"
-    np.testing.assert_array_equal(arrays["config_feat"][0], xla_cpu.default_row())
+    assert tuple(arrays) == XLA_CPU_KEYS and str(arrays[CONFIG_SPEC_KEY]) == "xla_cpu/2"
+    np.testing.assert_array_equal(arrays["config_feat"][0], xla_cpu2.default_row())
     assert (arrays["config_runtime_normalizers"] == arrays["config_runtime"][0]).all()
     assert load_npz(write_npz(tmp_path / "x.npz", arrays)).collection == "xla_cpu"
+    # a file of the older spec is read with its rows upgraded; a spec/width mismatch
+    # is refused, never read as the other spec
+    older = {
+        **arrays,
+        CONFIG_SPEC_KEY: np.array("xla_cpu/1"),
+        "config_feat": arrays["config_feat"][:, : xla_cpu.WIDTH],
+    }
+    v1 = load_npz(write_npz(tmp_path / "v1.npz", older))
+    np.testing.assert_array_equal(
+        v1.configs, xla_cpu2.upgrade_v1_rows(older["config_feat"])
+    )
+    with pytest.raises(GraphFormatError, match="xla_cpu/2 rows have 20 columns"):
+        load_npz(
+            write_npz(
+                tmp_path / "bad.npz", {**older, CONFIG_SPEC_KEY: np.array("xla_cpu/2")}
+            )
+        )
     # every collection can be synthesised
     assert {s.name for s in MAKERS} == set(COLLECTION_NAMES)
 

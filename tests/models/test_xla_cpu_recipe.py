@@ -14,7 +14,7 @@ from modelkit import tiny_config
 from xla_costmodel.models import xla_cpu_cv, xla_cpu_programs
 from xla_costmodel.models import xla_cpu_recipe as recipe
 from xla_costmodel.models.synthetic import make_xla_cpu_arrays, write_npz
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
 CONFIGS = 12
 # Family "a" is fastest under row 3 (10x), "b" and "c" under row 5 (1.25x). Over all
@@ -24,7 +24,7 @@ FAVOURITE = {"a": (3, 0.1), "b": (5, 0.8), "c": (5, 0.8)}
 
 def write_program(root: Path, name: str, family: str, seed: int) -> None:
     arrays = make_xla_cpu_arrays(num_nodes=20, num_configs=CONFIGS, seed=0)
-    arrays["config_feat"] = xla_cpu.sample(CONFIGS, 0)  # the same rows everywhere
+    arrays["config_feat"] = xla_cpu2.sample(CONFIGS, 0)  # the same rows everywhere
     rng = np.random.default_rng(seed)
     runtime = 1e6 * rng.uniform(1.0, 1.2, CONFIGS)
     runtime[0] = 1e6
@@ -72,7 +72,7 @@ def test_the_fixed_config_is_the_training_programs_best_by_geometric_mean(
     collection: Path,
 ) -> None:
     programs = xla_cpu_programs.load_programs(collection)
-    sample = xla_cpu.sample(CONFIGS, 0)
+    sample = xla_cpu2.sample(CONFIGS, 0)
     row, geomean = xla_cpu_programs.fixed_row(programs)  # everything: row 3 wins
     assert np.array_equal(row, sample[3]) and geomean < 1
     row, _ = xla_cpu_programs.fixed_row([p for p in programs if p.family != "a"])
@@ -90,9 +90,9 @@ def test_a_row_some_training_program_lacks_is_never_the_fixed_config(
     )
     train = [trimmed, *(p for p in programs if p.family == "c")]
     row, _ = xla_cpu_programs.fixed_row(train)
-    assert not np.array_equal(row, xla_cpu.sample(CONFIGS, 0)[5])
+    assert not np.array_equal(row, xla_cpu2.sample(CONFIGS, 0)[5])
     assert (
-        xla_cpu_programs.fixed_runtime(trimmed, xla_cpu.sample(CONFIGS, 0)[5])
+        xla_cpu_programs.fixed_runtime(trimmed, xla_cpu2.sample(CONFIGS, 0)[5])
         == b0.runtimes[0]
     )
 
@@ -108,7 +108,7 @@ def test_cross_validation_holds_out_whole_families(
         held = {p.key for p in programs if p.family == fold.family}
         assert set(fold.scores) == held and not held & set(fold.train)
         assert len(fold.train) == len(programs) - len(held)
-    sample = xla_cpu.sample(CONFIGS, 0)
+    sample = xla_cpu2.sample(CONFIGS, 0)
     # The fold holding out "a" never saw a's row-3 programs: it picks row 5 and so
     # loses to the default's best on a (a peek at the held-out family would pick 3).
     assert np.array_equal(folds[0].fixed_row, sample[5])

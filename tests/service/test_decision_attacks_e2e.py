@@ -27,11 +27,11 @@ from typer.testing import CliRunner
 from xla_costmodel.cli import build_app
 from xla_costmodel.harness import RedisServer, ServiceServer
 from xla_costmodel.service.store import MeasurementStore, default_sqlite_url
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 from xla_costmodel.tpugraphs.paired import summarize
 
-DEFAULT = xla_cpu.default_row().tolist()
-ROWS = xla_cpu.sample(8, seed=5)[1:].tolist()  # row 0 is the default
+DEFAULT = xla_cpu2.default_row().tolist()
+ROWS = xla_cpu2.sample(8, seed=5)[1:].tolist()  # row 0 is the default
 SEAL = {"COSTMODEL_REDIS_HMAC_KEY": "decision-attacks-seal"}
 QUOTA = 60  # rows per writer per hour: a decision of 8 pairs is 17
 cli = CliRunner()
@@ -68,7 +68,9 @@ def legacy(body: dict[str, Any]) -> dict[str, Any]:
     if "compiler_options" not in old:
         try:
             old["compiler_options"] = (
-                {} if body["kept_default"] else xla_cpu.to_options(body["config"])
+                {}
+                if body["kept_default"]
+                else xla_cpu2.to_options(body["config"]).flat()
             )
         except ValueError:
             old["compiler_options"] = {}
@@ -206,7 +208,7 @@ def test_an_unmeasured_free_form_decision_is_refused_and_nothing_served(
         "claims alone": {
             k: v for k, v in body.items() if k not in ("paired_runtimes_ns",)
         }
-        | {"compiler_options": xla_cpu.to_options(ROWS[0])},
+        | {"compiler_options": xla_cpu2.to_options(ROWS[0]).flat()},
         "a program it never measured": decision(
             hashlib.sha256(b"never stored").hexdigest(), ROWS[0]
         ),
@@ -241,6 +243,16 @@ def test_an_unmeasured_free_form_decision_is_refused_and_nothing_served(
             "compiler_options",
         ),
         ({"config": [1] * 17}, "config"),  # three scheduler bits
+        # Another extra-options entry than the spec's (the map is derived too).
+        (
+            {
+                "compiler_options": {
+                    "xla_backend_extra_options": "xla_cpu_made_up_option_for_tests=1"
+                }
+            },
+            "compiler_options",
+        ),
+        ({"config": [*DEFAULT[:17], 1, 1, 1]}, "config"),  # every threshold level
     ],
 )
 def test_options_outside_the_spec_are_422_naming_the_field(
@@ -275,7 +287,7 @@ def test_one_writers_fabricated_speedup_cannot_outrank_three_honest_writers(
     answer = served.served(graph_id=graph)
     assert isinstance(answer, dict), answer
     assert (answer["config"], answer["writers"]) == (ROWS[1], 3)
-    assert answer["compiler_options"] == xla_cpu.to_options(ROWS[1])
+    assert answer["compiler_options"] == xla_cpu2.to_options(ROWS[1]).flat()
     assert fake["speedup_low"] == 20.0  # its figures: computed from its pairs
 
 

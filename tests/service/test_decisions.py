@@ -5,6 +5,7 @@ SQLite and PostgreSQL, with the session's redis-server between replicas."""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import anyio
 import httpx
 import numpy as np
 import pytest
+import sqlalchemy as sa
+from alembic import command
 from answer_keys import BEST_KEYS
 from servicekit import AppClient, metric, program
 
@@ -23,19 +26,29 @@ from xla_costmodel.service.core.events import DecisionsWritten
 from xla_costmodel.service.store import (
     MeasurementStore,
     StoredDecision,
+    codec,
     default_sqlite_url,
 )
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.service.store.migrate import alembic_config
+from xla_costmodel.service.store.schema import decisions
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.paired import summarize
 
 pytestmark = pytest.mark.anyio
 # The shipped xla_cpu model's default target (the requests name none): it follows the
 # data the model was last trained on (the target with most programs).
 TARGET = read_manifest(shipped_models() / "xla_cpu" / "1", verify_files=False).target
-DEFAULT = xla_cpu.default_row().tolist()
-ROWS = xla_cpu.sample(8, seed=5)[1:].tolist()  # row 0 is the default
+DEFAULT = xla_cpu2.default_row().tolist()
+# Row 0 is the default; rows 1 and 2 of the sample (ROWS[0], ROWS[1]) are the default
+# with the loop threshold at 65536 and 1e9: options with the extra-options map.
+ROWS = xla_cpu2.sample(8, seed=5)[1:].tolist()
 # Nothing but the test's own requests may send statements.
 QUIET = {"knowledge_refresh_s": 3600.0, "fleet_refresh_s": 3600.0}
+
+
+def options_of(row: list[Any]) -> dict[str, Any]:
+    """What a decision of ``row`` answers: its options as ``flat`` spells them."""
+    return xla_cpu2.to_options(row).flat()
 
 
 def gid(name: str) -> str:
@@ -148,7 +161,7 @@ async def test_a_decision_is_stored_once_per_idempotency_key(
         "compiler": "jax 0.4.31",
         "model": "xla_cpu",
         "model_version": "1",
-        "compiler_options": xla_cpu.to_options(ROWS[0]),
+        "compiler_options": options_of(ROWS[0]),
         "speedup": figures.speedup,
         "speedup_low": figures.speedup_low,
         "speedup_high": figures.speedup_high,
@@ -175,7 +188,7 @@ async def test_the_server_derives_options_and_figures_claims_are_not_stored(
 ) -> None:
     graph = await measure(client, "claims")
     claims = {"speedup": 50.0, "speedup_low": 49.0, "p_value": 0.0, "pairs": 10**6}
-    options = xla_cpu.to_options(ROWS[2])
+    options = options_of(ROWS[2])
     stored = await decide(
         client, decision(graph, ROWS[2], compiler_options=options, **claims)
     )
@@ -244,11 +257,24 @@ async def test_unknown_models_and_graphs_are_404(client: httpx.AsyncClient) -> N
     error(await best(client, graph, min_writers=2), 404, "no_decision", "graph_id")
 
 
-EXCLUDED = xla_cpu.default_row()
+EXCLUDED = xla_cpu2.default_row()
 EXCLUDED[[1, 7]] = 1  # ynn_eltwise with disable_algsimp: never sampled
+TWO_LEVELS = xla_cpu2.default_row()
+TWO_LEVELS[-2] = 1  # the threshold at its default and at 65536
 BAD_BODIES = [
     ({"graph_id": "ab"}, "graph_id"),
-    ({"config": ROWS[0][:-1]}, "config"),
+    ({"config": ROWS[0][:-1]}, "config"),  # 19 wide: no spec's
+    ({"config": ROWS[0][:-4]}, "config"),  # 16
+    ({"config": [*ROWS[0], 0]}, "config"),  # 21
+    ({"config": TWO_LEVELS.tolist()}, "config"),
+    ({"config": [1] * 20}, "config"),
+    ({"config": EXCLUDED[:17].tolist()}, "config"),  # an excluded xla_cpu/1 row
+    ({"compiler_options": {}}, "compiler_options"),  # ROWS[0] sets the threshold
+    ({"compiler_options": {xla_cpu2.THRESHOLD_KEY: "65536"}}, "compiler_options"),
+    (
+        {"compiler_options": {xla_cpu2.EXTRA_KEY: f"{xla_cpu2.THRESHOLD_KEY}=1e9"}},
+        "compiler_options",
+    ),
     ({"config": [ROWS[0], ROWS[1]]}, "config"),
     ({"config": [True] * 17}, "config"),
     ({"config": ["1"] * 17}, "config"),
@@ -285,6 +311,11 @@ BAD_BODIES = [
     ({"model_version": "9" * 65}, "model_version"),  # was a 500
     ({"refuted": {"config": ROWS[1], "reason": "wrong"}}, "refuted.reason"),
     ({"refuted": {"config": [1] * 17, "reason": "outputs"}}, "refuted.config"),
+    (
+        {"refuted": {"config": TWO_LEVELS.tolist(), "reason": "outputs"}},
+        "refuted.config",
+    ),
+    ({"refuted": {"config": [1] * 19, "reason": "outputs"}}, "refuted.config"),
     ({"refuted": {"config": ROWS[0], "reason": "outputs"}}, "refuted.config"),
     ({"refuted": {"config": DEFAULT, "reason": "outputs"}}, "refuted.config"),
     (
@@ -338,6 +369,109 @@ async def test_bad_lookups_and_bodies(client: httpx.AsyncClient) -> None:
         "/v1/decisions", json=body, headers={"Idempotency-Key": "a b"}
     )
     error(r, 422, "invalid_request", "Idempotency-Key")
+
+
+# -- xla_cpu/2, and xla_cpu/1 rows from old clients --------------------------------
+
+V1_ROWS = xla_cpu.sample(8, seed=5)[1:]  # old clients' rows (row 0 is the default)
+
+
+async def test_a_threshold_row_is_answered_with_the_map(
+    client: httpx.AsyncClient,
+) -> None:
+    graph = await measure(client, "threshold")
+    options = {xla_cpu2.EXTRA_KEY: f"{xla_cpu2.THRESHOLD_KEY}=65536"}
+    assert options_of(ROWS[0]) == options  # the default with the threshold at 65536
+    stored = await decide(client, decision(graph, ROWS[0], compiler_options=options))
+    assert stored["compiler_options"] == options
+    answer = await best_json(client, graph)
+    assert answer["config"] == ROWS[0] and answer["compiler_options"] == options
+
+
+async def test_an_old_clients_17_wide_decision_is_its_upgrade(
+    make_client: AppClient, model_dir: Path
+) -> None:
+    """Stored, answered and voted on as the xla_cpu/2 row it stands for: an old
+    client's row and a new client's same row are two votes for one row."""
+    client = await make_client(feedback_auth="token", **QUIET)
+    auth = Writers(model_dir, "old", "new", "verifier")
+    row, today = V1_ROWS[0].tolist(), xla_cpu2.upgrade_v1(V1_ROWS[0]).tolist()
+    old_options = xla_cpu.to_options(row)  # what an old client derived and sends
+    assert old_options == options_of(today)
+    graph = await measure(client, "old", auth("old"), configs=[DEFAULT[:17]])
+    sent = decision(graph, row, compiler_options=old_options)
+    assert (await decide(client, sent, **auth("old")))["compiler_options"] == (
+        old_options
+    )
+    answer = await best_json(client, graph)
+    assert (answer["config"], answer["writers"]) == (today, 1)
+    await decide(client, decision(graph, today), **auth("new"))
+    assert (await best_json(client, graph, min_writers=2))["config"] == today
+    # Its kept default and its refutation are the same rows too.
+    slower = [[1000, round(1000 * 1.2 * (1 + 0.01 * i))] for i in range(8)]
+    refuted = {"config": row, "reason": "slower", "paired_runtimes_ns": slower}
+    await measure(client, "old", auth("verifier"))
+    await decide(
+        client,
+        kept(graph, refuted=refuted) | {"config": DEFAULT[:17]},
+        **auth("verifier"),
+    )
+    answer = await best_json(client, graph)  # 2 supporters, 1 opposer
+    assert (answer["config"], answer["writers"]) == (today, 2)
+    store = MeasurementStore.open(default_sqlite_url(model_dir.parent / "data"))
+    try:
+        rows = store.measurements("xla_cpu", TARGET, graph)
+        decided = store.decisions.for_graph("xla_cpu", TARGET, graph)
+    finally:
+        store.close()
+    assert rows.configs.shape[1:] == (xla_cpu2.WIDTH,)
+    assert {d.config.shape for d in decided} == {(xla_cpu2.WIDTH,)}
+    refutations = [d.refuted_config for d in decided if d.refuted_config is not None]
+    np.testing.assert_array_equal(refutations, [today])
+
+
+async def test_a_decision_stored_before_the_xla_cpu2_migration_is_served(
+    make_client: AppClient, model_dir: Path
+) -> None:
+    """A database an older release wrote (revision 0004, xla_cpu/1 rows): the app
+    migrates it on start and serves the decision as its xla_cpu/2 row."""
+    graph = gid("before-0005")
+    url = default_sqlite_url(model_dir.parent / "data")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0004")
+    blobs, dtype, shape = codec.encode_configs(V1_ROWS[:1].astype(np.int8))
+    with engine.begin() as conn:
+        conn.execute(
+            decisions.insert(),
+            {
+                "decided_at": datetime.now(UTC),
+                "model": "xla_cpu",
+                "model_version": "1",
+                "collection": "xla_cpu",
+                "target": TARGET,
+                "compiler": None,
+                "graph_id": graph,
+                "config": blobs[0],
+                "config_dtype": dtype,
+                "config_shape": shape,
+                "compiler_options": json.dumps(xla_cpu.to_options(V1_ROWS[0])),
+                "speedup": 1.3,
+                "speedup_low": 1.2,
+                "speedup_high": 1.4,
+                "p_value": 0.01,
+                "pairs": 8,
+                "budget": 32,
+                "strategy": "model",
+                "kept_default": False,
+            },
+        )
+    engine.dispose()
+    assert shape == "17"
+    client = await make_client(**QUIET)
+    answer = await best_json(client, graph)
+    assert answer["config"] == xla_cpu2.upgrade_v1(V1_ROWS[0]).tolist()
+    assert answer["compiler_options"] == xla_cpu.to_options(V1_ROWS[0])
 
 
 # -- the rule (docs/reuse.md, "What the fleet applies") ----------------------------

@@ -32,9 +32,9 @@ from typer.testing import CliRunner
 from xla_costmodel.cli import build_app
 from xla_costmodel.harness import PostgresServer, RedisServer, ServiceServer
 from xla_costmodel.service.store.schema import decisions
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
-ROWS = xla_cpu.sample(8, seed=5)[1:].tolist()  # row 0 is the default
+ROWS = xla_cpu2.sample(8, seed=5)[1:].tolist()  # row 0 is the default
 # Seals what the service keeps in Redis and the tools' announcements alike.
 SEAL = {"COSTMODEL_REDIS_HMAC_KEY": "decisions-trust-seal"}
 SOON_S = 5.0  # "at once": the announcement travels through pub/sub in ms
@@ -124,7 +124,7 @@ def measure(d: Deployment, writer: str, name: str) -> str:
         json={
             "model": "xla_cpu",
             "graph": program(seed),
-            "configs": [xla_cpu.default_row().tolist()],
+            "configs": [xla_cpu2.default_row().tolist()],
             "runtimes_ns": [1000],
         },
         headers={"Authorization": f"Bearer {d.tokens[writer]}"},

@@ -47,7 +47,7 @@ from xla_costmodel.service.core.fleet import EMPTY
 from xla_costmodel.service.core.generations import Generation, Generations
 from xla_costmodel.service.core.knowledge import TargetKnowledge
 from xla_costmodel.service.core.redis_store import Forged, Seal, connect
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
 pytestmark = pytest.mark.anyio
 # Behaviour, not the bound: the bound (100 ms) is the bench's ``staleness_ms``; a
@@ -451,7 +451,7 @@ async def test_a_decision_without_pairs_drops_no_generation_and_wakes_no_refit(
         assert await _invalidations(client) == drops + 1
 
 
-CONFIGS = xla_cpu.sample(12, seed=3)
+CONFIGS = xla_cpu2.sample(12, seed=3)
 
 
 async def _rank(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
@@ -484,7 +484,7 @@ async def _decide(client: httpx.AsyncClient, gid: str, **fields: Any) -> None:
     body = {
         "model": "xla_cpu",
         "graph_id": gid,
-        "config": xla_cpu.default_row().tolist(),
+        "config": xla_cpu2.default_row().tolist(),
         "budget": 8,
         "strategy": "model",
         "kept_default": False,

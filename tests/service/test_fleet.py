@@ -16,7 +16,7 @@ from servicekit import AppClient, metric, program
 from xla_costmodel.service.core.database import Database
 from xla_costmodel.service.core.fleet import OTHER, FleetGain, FleetSnapshot, summarise
 from xla_costmodel.service.store.summary import GraphSummary
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
 pytestmark = pytest.mark.anyio
 
@@ -25,7 +25,7 @@ async def tuned(
     client: httpx.AsyncClient, seed: int, target: str, runtimes: list[int]
 ) -> None:
     """Feedback as ``costmodel tune`` sends it: row 0 is XLA's default config."""
-    rows = xla_cpu.sample(len(runtimes), seed=seed).tolist()
+    rows = xla_cpu2.sample(len(runtimes), seed=seed).tolist()
     body = {
         "model": "xla_cpu",
         "graph": program(seed),

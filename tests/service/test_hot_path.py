@@ -26,10 +26,10 @@ from servicekit import AppClient, make_settings, metric, program
 from xla_costmodel.service.app import create_app
 from xla_costmodel.service.core.build import Core
 from xla_costmodel.service.core.fleet import EMPTY
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
 pytestmark = pytest.mark.anyio
-CONFIGS = xla_cpu.sample(24, seed=3)
+CONFIGS = xla_cpu2.sample(24, seed=3)
 # Generous: a loaded 2-core CI machine; far below the 60 s fallback trust.
 WAIT_S = 10.0
 

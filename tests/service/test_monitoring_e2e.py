@@ -18,7 +18,7 @@ from servicekit import program
 
 from xla_costmodel.harness import ServiceServer
 from xla_costmodel.studies.prometheus import PrometheusServer
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
 pytestmark = pytest.mark.slow
 # (best / default) of each tuned program on target cpu-a: the gain is 1 / their
@@ -61,7 +61,7 @@ def rank_and_measure(
 ) -> None:
     """Rank 4 option sets of a program, then feed back their runtimes as ``costmodel
     tune`` does: the default (row 0) included, unless ``ratio`` is None."""
-    rows = xla_cpu.sample(4, seed=seed)
+    rows = xla_cpu2.sample(4, seed=seed)
     body = {"model": "xla_cpu", "graph": program(seed), "configs": rows.tolist()}
     assert client.post("/v1/rank", json=body).status_code == 200
     runtimes = [10_000, 11_000, 12_000, 10_000 * (ratio or 1)]

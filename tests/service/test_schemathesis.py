@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 from xla_costmodel.cli import build_app
 from xla_costmodel.harness import ServiceServer
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 
 CHECKS = [
     not_a_server_error,
@@ -50,7 +50,7 @@ CHECKS = [
 # one core (each rank or upload request runs the model).
 MAX_EXAMPLES = 20
 TILE_WIDTH = 24
-XLA_CPU_ROW = xla_cpu.sample(2, seed=1)[1].tolist()  # a row other than the default
+XLA_CPU_ROW = xla_cpu2.sample(2, seed=1)[1].tolist()  # a row other than the default
 PAIRS = [[1200 + i, 1000] for i in range(8)]  # (default, row) runtimes: faster
 JSON, NPZ, HLO = "application/json", "application/x-npz", "text/x-hlo"
 # Two nodes, node 0 consuming node 1: the smallest graph the tile model takes.

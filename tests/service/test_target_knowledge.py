@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from servicekit import REPO, AppClient, graph_json, metric
 
+# xla_cpu/1 rows on purpose: what old clients send, upgraded by the service (the
+# planted effects' asserts lean on the shipped model's prior over these rows).
 from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.knowledge import SPREAD
 from xla_costmodel.tpugraphs.reader import load_npz
@@ -214,7 +216,10 @@ async def test_another_compilers_measurements_never_dominate(
     for i, graph in enumerate(seen):
         for build, sign in (("jaxlib A", -1.0), ("jaxlib B", +1.0)):
             rows = xla_cpu.sample(MEASURED, seed=100 + i)
-            log_rt = sign * 0.5 * rows[:, OPTION]
+            # 0.8: strong enough that the knowledge, not the artifact's prior over
+            # these rows, decides the head of the ranking (the prior moves with
+            # every retraining)
+            log_rt = sign * 0.8 * rows[:, OPTION]
             log_rt[(rows == xla_cpu.default_row()).all(1)] = 0.0
             body = {
                 "model": "xla_cpu",
@@ -239,5 +244,4 @@ async def test_another_compilers_measurements_never_dominate(
         answer = await rank(client, unseen, rows, "cpu-test-a", **extra)
         s = np.asarray(answer["scores"])
         assert s[faster].mean() < s[~faster].mean(), compiler
-        # The artifact's prior leans B's way; with it, B's best guesses are all B's.
-        assert faster[answer["ranking"][:5]].sum() >= (3 if faster is helps else 5)
+        assert faster[answer["ranking"][:5]].sum() >= 4, compiler  # its best guesses

@@ -1,6 +1,7 @@
 """The xla_cpu collection end to end, through the registry alone: a tiny model trained
-on synthetic xla_cpu files, exported, served beside the shipped models (in process)
-and by a real uvicorn process for the replay autotuner."""
+on synthetic xla_cpu files (``xla_cpu/2``), exported, served beside the shipped models
+(in process) and by a real uvicorn process for the replay autotuner; an old client's
+``xla_cpu/1`` rows are taken as their upgrades."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from servicekit import NPZ, SERVE, AppClient
+from servicekit import NPZ, SERVE, AppClient, npz_bytes, program
 
 from xla_costmodel.clients import CostModelClient
 from xla_costmodel.clients.replay import Budget, Replayer
 from xla_costmodel.harness import ServiceServer
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.service.store import MeasurementStore, default_sqlite_url
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.reader import load_npz
 
 MODEL = "xla_cpu-tiny"
@@ -58,7 +60,7 @@ def test_the_artifact_declares_its_collection(artifact: Path) -> None:
     config_input = [
         s for s in manifest["scorer"]["inputs"] if s["name"] == "config_feat"
     ]
-    assert config_input[0]["shape"] == ["num_configs", xla_cpu.WIDTH]
+    assert config_input[0]["shape"] == ["num_configs", xla_cpu2.WIDTH]
     assert [s["name"] for s in manifest["encoder"]["outputs"]] == ["graph_embedding"]
     metrics = manifest["metrics"]
     assert metrics["collection"] == "xla_cpu" and len(metrics["graphs"]) == 2
@@ -77,7 +79,7 @@ async def test_served_beside_the_shipped_models(
     client: httpx.AsyncClient = await make_client(models=["tile", "layout", MODEL])
     listed = {m["name"]: m for m in (await client.get("/v1/models")).json()["models"]}
     assert listed[MODEL]["collection"] == "xla_cpu"
-    assert listed[MODEL]["config_input"]["shape"] == ["num_configs", xla_cpu.WIDTH]
+    assert listed[MODEL]["config_input"]["shape"] == ["num_configs", xla_cpu2.WIDTH]
 
     path = xla_cpu_files["valid"][0]
     sample = load_npz(path)
@@ -95,7 +97,7 @@ async def test_served_beside_the_shipped_models(
     assert sorted(ranked.json()["ranking"]) == list(range(sample.num_configs))
     prior = np.array(ranked.json()["scores"])
 
-    # Raw configs: compiler_options dicts, {} the default (config 0 of the file).
+    # Raw configs: flat option dicts, {} the default (config 0 of the file).
     raw = [{}, {xla_cpu.SCHEDULER_KEY: "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}]
     by_raw = await client.post(
         "/v1/rank", json={"model": MODEL, "graph_id": gid, "raw_configs": raw}
@@ -111,7 +113,7 @@ async def test_served_beside_the_shipped_models(
         "/v1/rank", json={"model": MODEL, "graph_id": gid, "configs": [[0.0] * 24]}
     )
     assert wide.status_code == 422
-    assert f"[?,{xla_cpu.WIDTH}]" in wide.json()["error"]["message"]
+    assert f"[?,{xla_cpu2.WIDTH}]" in wide.json()["error"]["message"]
 
     # Feedback on 6 distinct configs, then the ranking adapts to them.
     fed = list(range(6))
@@ -128,6 +130,85 @@ async def test_served_beside_the_shipped_models(
         f"/v1/rank?model={MODEL}", content=path.read_bytes(), headers=NPZ
     )
     assert again.status_code == 200 and again.json()["adapted"] == 6
+
+
+V1_ROWS = xla_cpu.sample(6, seed=11)  # row 0: the default
+THRESHOLD = f"{xla_cpu2.THRESHOLD_KEY}=65536"
+
+
+async def test_an_old_clients_rows_are_their_upgrades(
+    make_client: AppClient, model_dir: Path, artifact: Path
+) -> None:
+    """xla_cpu/1 rows (17 wide, JSON or int8 npz) rank as their xla_cpu/2 upgrades
+    and are stored as them; raw options may carry the extra-options map; rows of
+    no spec are 422 naming the field."""
+    shutil.copytree(artifact, model_dir / MODEL / "1")
+    client: httpx.AsyncClient = await make_client(models=[MODEL])
+    v2 = xla_cpu2.upgrade_v1_rows(V1_ROWS)
+    graph = program(5)
+
+    async def scores(body: dict[str, Any]) -> list[float]:
+        r = await client.post("/v1/rank", json={"model": MODEL, **body})
+        assert r.status_code == 200, r.text
+        return list(r.json()["scores"])
+
+    first = await client.post(
+        "/v1/rank", json={"model": MODEL, "graph": graph, "configs": v2.tolist()}
+    )
+    new, gid = first.json()["scores"], first.json()["graph_id"]
+    assert await scores({"graph_id": gid, "configs": V1_ROWS.tolist()}) == new
+    raw = [xla_cpu2.to_options(r).flat() for r in v2]
+    assert await scores({"graph_id": gid, "raw_configs": raw}) == pytest.approx(new)
+    arrays = {k: np.asarray(v) for k, v in graph.items()}
+    arrays["node_feat"] = arrays["node_feat"].astype(np.float32)
+    npz = npz_bytes(**arrays, config_feat=V1_ROWS.astype(np.int8))
+    r = await client.post(f"/v1/rank?model={MODEL}", content=npz, headers=NPZ)
+    assert r.status_code == 200 and r.json()["scores"] == pytest.approx(new)
+    # The map's rows are their own configs, with their own scores.
+    mapped = [{xla_cpu2.EXTRA_KEY: THRESHOLD}, {}]
+    assert len(await scores({"graph_id": gid, "raw_configs": mapped})) == 2
+
+    # Feedback: a 17-wide batch, and a ranking of one picked by index, stored at 20.
+    runtimes = [1000 + 10 * i for i in range(6)]
+    fed = await client.post(
+        "/v1/feedback",
+        json={"model": MODEL, "graph_id": gid, "configs": V1_ROWS[:3].tolist()}
+        | {"runtimes_ns": runtimes[:3]},
+    )
+    assert fed.status_code == 200, fed.text
+    ranked = await client.post(
+        "/v1/rank",
+        json={"model": MODEL, "graph_id": gid, "configs": V1_ROWS.tolist()},
+    )
+    picked = await client.post(
+        "/v1/feedback",
+        json={"model": MODEL, "graph_id": gid, "config_indices": [3, 4, 5]}
+        | {"ranking_id": ranked.json()["ranking_id"], "runtimes_ns": runtimes[3:]},
+    )
+    assert picked.status_code == 200, picked.text
+    store = MeasurementStore.open(default_sqlite_url(model_dir.parent / "data"))
+    try:
+        target = next(iter(k[1] for k in store.keys("xla_cpu") if k[2] == gid))
+        rows = store.measurements("xla_cpu", target, gid)
+    finally:
+        store.close()
+    np.testing.assert_array_equal(rows.configs, v2)
+
+    for configs, field in (
+        ([[1.0] * 19], "configs"),
+        ([[1.0] * 21], "configs"),
+        ([[1.0] * 17, [1.0] * 20], "configs"),
+    ):
+        r = await client.post(
+            "/v1/rank", json={"model": MODEL, "graph_id": gid, "configs": configs}
+        )
+        assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+    bad_raw = [{}, {xla_cpu2.EXTRA_KEY: f"{xla_cpu2.THRESHOLD_KEY}=7"}]
+    r = await client.post(
+        "/v1/rank", json={"model": MODEL, "graph_id": gid, "raw_configs": bad_raw}
+    )
+    assert r.status_code == 422 and r.json()["error"]["field"] == "raw_configs[1]"
+    assert xla_cpu2.THRESHOLD_KEY in r.json()["error"]["message"]
 
 
 def test_replay_plays_xla_cpu_files(

@@ -10,7 +10,7 @@ from storekit import batch, gid, layout_configs, layout_graph, tile_graph
 
 from xla_costmodel.service.store import MeasurementBatch, MeasurementStore
 from xla_costmodel.service.store.summary import GraphSummary, default_encodings
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu2
 from xla_costmodel.tpugraphs.collections import COLLECTIONS
 
 
@@ -27,7 +27,7 @@ def test_the_default_is_found_in_any_dtype_and_the_best_over_every_config(
     arrays = tile_graph(1)
     graph = gid(arrays)
     store.save_graph(graph, "xla_cpu", arrays)
-    rows = xla_cpu.sample(4, seed=0)  # row 0 is XLA's default
+    rows = xla_cpu2.sample(4, seed=0)  # row 0 is XLA's default
     # As the service stores feedback (int8, compacted) and as an import might (f4).
     store.add_measurements(xla_batch(graph, rows.astype(np.int8), [900, 700, 950, 800]))
     store.add_measurements(xla_batch(graph, rows[:2], [850, 720]))
@@ -49,7 +49,7 @@ def test_collections_without_a_default_row_report_none(store: MeasurementStore) 
     store.save_graph(gid(layout), "layout", layout)
     # A tile config that happens to equal xla_cpu's default bytes is still no default.
     tile_rows = np.zeros((2, 24), np.float32)
-    tile_rows[:, :17] = xla_cpu.default_row()
+    tile_rows[:, : xla_cpu2.WIDTH] = xla_cpu2.default_row()
     store.add_measurements(batch(gid(tile), tile_rows))
     store.add_measurements(batch(gid(layout), layout_configs(3)))
     got = {s.collection: s for s in store.graph_summaries()}
@@ -69,5 +69,5 @@ def test_only_xla_cpu_declares_a_fixed_default_row() -> None:
     assert declared == {
         "tile": None,
         "layout": None,
-        "xla_cpu": tuple(xla_cpu.default_row()),
+        "xla_cpu": tuple(xla_cpu2.default_row()),
     }

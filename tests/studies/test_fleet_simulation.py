@@ -9,11 +9,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from xla_costmodel.clients.xla import policy
 from xla_costmodel.studies import fleet, fleet_report
 from xla_costmodel.studies.fleet_noise import PairNoise, residuals
 from xla_costmodel.studies.fleet_tuner import noise_of
+from xla_costmodel.tpugraphs import xla_cpu
 from xla_costmodel.tpugraphs.knowledge import Knowledge
 
 
@@ -90,3 +92,27 @@ def test_the_budget_random_needs_is_interpolated_in_log_budget() -> None:
     assert fleet_report.random_budget_to_match(curve, 1.03) == np.sqrt(8)
     assert fleet_report.random_budget_to_match(curve, 0.99) == 1.0
     assert fleet_report.random_budget_to_match(curve, 1.07) is None
+
+
+def test_the_older_space_replays_only_the_rows_it_can_express() -> None:
+    """``simulate --spec xla_cpu/1``: the same data, each program keeping the rows
+    ``xla_cpu/1`` can express (the loop threshold at its default): the no-regression
+    check of ``xla_cpu/2``."""
+    folder = fleet.DATA / "cpu-intel-6.207-avx512"
+    v2 = {p.name: p for p in fleet.load_target(folder)}
+    v1 = {p.name: p for p in fleet.load_target(folder, "xla_cpu/1")}
+    assert v2.keys() == v1.keys()
+    level = xla_cpu.WIDTH  # the first threshold column: XLA's default level
+    looped = [n for n, p in v2.items() if (p.configs[:, level] == 0).any()]
+    assert len(looped) >= 8  # the loops family, collected in xla_cpu/2
+    for name, p in v2.items():
+        older = v1[name]
+        assert (older.configs[:, level] == 1).all()
+        np.testing.assert_array_equal(p.configs[older.rows], older.configs)
+        np.testing.assert_array_equal(p.runtimes[older.rows], older.runtimes)
+        best_v1 = older.runtimes[0] / older.runtimes.min()
+        assert p.oracle_v1 == best_v1 <= p.runtimes[0] / p.runtimes.min()
+        if name in looped:
+            assert len(older.configs) < len(p.configs)
+    with pytest.raises(ValueError, match="unknown spec"):
+        fleet.load_target(folder, "xla_cpu/9")

@@ -10,13 +10,14 @@ from typing import Any, get_args
 import numpy as np
 import pytest
 
-from xla_costmodel.tpugraphs import xla_cpu
+from xla_costmodel.tpugraphs import xla_cpu, xla_cpu2
 from xla_costmodel.tpugraphs.arrays import make_configs, make_graph
 from xla_costmodel.tpugraphs.collections import (
     COLLECTIONS,
     LAYOUT,
     TILE,
     XLA_CPU,
+    OlderSpec,
     UnknownCollection,
     config_keys,
     get,
@@ -35,9 +36,12 @@ from xla_costmodel.tpugraphs.spec import (
 )
 
 
-def xla_cpu_arrays(num_configs: int = 6, seed: int = 0) -> dict[str, Any]:
-    """A small xla_cpu file as the collector writes one: default config in row 0,
-    its runtime the normaliser, ``config_spec`` a unicode scalar."""
+def xla_cpu_arrays(
+    num_configs: int = 6, seed: int = 0, spec: Any = xla_cpu2
+) -> dict[str, Any]:
+    """A small xla_cpu file as the collector writes one (``xla_cpu/2``; an older
+    release's with ``spec=xla_cpu``): default config in row 0, its runtime the
+    normaliser, ``config_spec`` a unicode scalar."""
     rng = np.random.default_rng(seed)
     n = 5
     runtimes = rng.integers(1_000, 2_000, num_configs).astype(np.int64)
@@ -45,10 +49,10 @@ def xla_cpu_arrays(num_configs: int = 6, seed: int = 0) -> dict[str, Any]:
         "node_feat": rng.random((n, 140)).astype(np.float32),
         "node_opcode": np.array([63, 63, 2, 34, 75], np.uint8),
         "edge_index": np.array([[2, 0], [2, 1], [3, 2], [4, 3]], np.int64),
-        "config_feat": xla_cpu.sample(num_configs, seed),
+        "config_feat": spec.sample(num_configs, seed),
         "config_runtime": runtimes,
         "config_runtime_normalizers": np.full(num_configs, runtimes[0], np.int64),
-        CONFIG_SPEC_KEY: np.array(xla_cpu.SPEC),
+        CONFIG_SPEC_KEY: np.array(spec.SPEC),
     }
 
 
@@ -95,9 +99,10 @@ def test_declared_properties() -> None:
     assert table == {
         "tile": ("config_feat", TILE_CONFIG_DIM, False, True, True),
         "layout": ("node_config_feat", LAYOUT_CONFIG_DIM, True, False, False),
-        "xla_cpu": ("config_feat", xla_cpu.WIDTH, False, True, True),
+        "xla_cpu": ("config_feat", 20, False, True, True),
     }
-    assert xla_cpu.WIDTH not in (TILE_CONFIG_DIM, LAYOUT_CONFIG_DIM)
+    assert xla_cpu2.WIDTH == 20 and xla_cpu.WIDTH == 17
+    assert {20, 17}.isdisjoint((TILE_CONFIG_DIM, LAYOUT_CONFIG_DIM))
     assert TILE.metrics.keys == TILE_KEYS and LAYOUT.metrics.keys == LAYOUT_KEYS
     assert XLA_CPU.metrics.keys == (
         "kendall_tau",
@@ -108,8 +113,21 @@ def test_declared_properties() -> None:
     assert (TILE.config_spec, LAYOUT.config_spec, XLA_CPU.config_spec) == (
         None,
         None,
-        "xla_cpu/1",
+        "xla_cpu/2",
     )
+    # The older spec it still reads, and the upgrade that gives the same configs.
+    assert XLA_CPU.older == (OlderSpec("xla_cpu/1", 17, xla_cpu2.upgrade_v1_rows),)
+    assert TILE.older == LAYOUT.older == ()
+    assert XLA_CPU.config_shapes() == ((20,), (17,))
+    v1 = xla_cpu.sample(4, seed=1)
+    np.testing.assert_array_equal(
+        XLA_CPU.upgrade(v1), np.stack([xla_cpu2.upgrade_v1(r) for r in v1])
+    )
+    today = xla_cpu2.sample(4, seed=1)
+    assert XLA_CPU.upgrade(today) is today
+    with pytest.raises(ValueError, match="no xla_cpu spec has rows of 19"):
+        XLA_CPU.upgrade(np.zeros((1, 19), np.float32))
+    assert XLA_CPU.default_config == tuple(xla_cpu2.default_row().tolist())
     assert XLA_CPU.file_keys == XLA_CPU_KEYS
     assert XLA_CPU.required_keys[-1] == CONFIG_SPEC_KEY
     assert [c.raw is not None for c in COLLECTIONS.values()] == [True, False, True]
@@ -117,7 +135,7 @@ def test_declared_properties() -> None:
     assert [c.config_shape(3) for c in COLLECTIONS.values()] == [
         (24,),
         (3, 18),
-        (xla_cpu.WIDTH,),
+        (20,),
     ]
 
 
@@ -174,7 +192,7 @@ def test_xla_cpu_file_round_trips_through_the_reader(tmp_path: Path) -> None:
     sample = load_npz(path)
     assert (sample.collection, sample.spec) == ("xla_cpu", XLA_CPU)
     np.testing.assert_array_equal(sample.configs, arrays["config_feat"])
-    assert sample.configs.shape == (6, xla_cpu.WIDTH)
+    assert sample.configs.shape == (6, xla_cpu2.WIDTH)
     assert (sample.targets()[0], sample.graph.node_config_ids) == (1.0, None)
     assert XLA_CPU.default_index(sample.runtimes, sample.normalizers) == 0
     assert [s.name for s in iter_samples([tmp_path], "xla_cpu")] == [str(path)]
@@ -183,15 +201,34 @@ def test_xla_cpu_file_round_trips_through_the_reader(tmp_path: Path) -> None:
         load_npz(path, "tile")
 
 
+def test_an_older_releases_xla_cpu_file_reads_as_xla_cpu2_rows(
+    tmp_path: Path,
+) -> None:
+    arrays = xla_cpu_arrays(spec=xla_cpu)
+    path = tmp_path / "old.npz"
+    np.savez(path, **arrays)
+    sample = load_npz(path)
+    assert sample.spec == XLA_CPU and sample.configs.shape == (6, xla_cpu2.WIDTH)
+    want = xla_cpu2.upgrade_v1_rows(arrays["config_feat"])
+    np.testing.assert_array_equal(sample.configs, want)
+    assert XLA_CPU.default_index(sample.runtimes, sample.normalizers) == 0
+    np.testing.assert_array_equal(sample.configs[0], XLA_CPU.default_config)
+
+
 @pytest.mark.parametrize(
     ("change", "key", "problem"),
     [
         (
             {"config_feat": np.zeros((6, 24), np.float32)},
             "config_feat",
-            f"expected shape [?,{xla_cpu.WIDTH}]",
+            "xla_cpu/2 rows have 20 columns, got 24",
         ),
-        ({CONFIG_SPEC_KEY: np.array("xla_cpu/2")}, CONFIG_SPEC_KEY, "unknown spec"),
+        (  # xla_cpu/1 rows under xla_cpu/2's name: refused, not guessed
+            {"config_feat": xla_cpu.sample(6, 0)},
+            "config_feat",
+            "xla_cpu/2 rows have 20 columns, got 17",
+        ),
+        ({CONFIG_SPEC_KEY: np.array("xla_cpu/3")}, CONFIG_SPEC_KEY, "unknown spec"),
         ({CONFIG_SPEC_KEY: np.array([1.0])}, CONFIG_SPEC_KEY, "unicode scalar"),
         ({"config_runtime_normalizers": None}, "config_runtime_normalizers", "missing"),
     ],
@@ -209,9 +246,12 @@ def test_bad_xla_cpu_files_name_the_key(
 
 def test_configs_without_a_collection_take_any_width_of_the_graph_shape() -> None:
     graph = make_graph(np.zeros((2, 140)), [63, 2], [[1, 0]])
-    for width in (TILE_CONFIG_DIM, xla_cpu.WIDTH):
+    for width in (TILE_CONFIG_DIM, xla_cpu2.WIDTH):
         assert make_configs(np.zeros((3, width)), graph).shape == (3, width)
-    with pytest.raises(GraphFormatError, match=rf"\[\?,24\] or \[\?,{xla_cpu.WIDTH}\]"):
+    # An xla_cpu/1 batch reads as its xla_cpu/2 upgrade.
+    old = make_configs(xla_cpu.sample(3, seed=2), graph)
+    np.testing.assert_array_equal(old, xla_cpu2.upgrade_v1_rows(xla_cpu.sample(3, 2)))
+    with pytest.raises(GraphFormatError, match=r"\[\?,24\] or \[\?,20\] or \[\?,17\]"):
         make_configs(np.zeros((3, 5)), graph)
     with pytest.raises(GraphFormatError, match=r"expected shape \[\?,24\]"):
-        make_configs(np.zeros((3, xla_cpu.WIDTH)), graph, collection="tile")
+        make_configs(np.zeros((3, xla_cpu2.WIDTH)), graph, collection="tile")

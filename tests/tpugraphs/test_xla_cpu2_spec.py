@@ -91,6 +91,17 @@ def test_sample_holds_the_threshold_alone_and_draws_it_often() -> None:
         xla_cpu2.sample(0, seed=0)
 
 
+def test_sample_shares_the_v1_draws_so_fixed_sets_compare_across_specs() -> None:
+    v1 = xla_cpu.sample(58, seed=0)
+    v2 = xla_cpu2.sample(60, seed=0)
+    # rows 3.. are xla_cpu/1's rows 1.. (same draws), each with a threshold level
+    np.testing.assert_array_equal(v2[3:, : xla_cpu.WIDTH], v1[1:])
+    shared = {r.tobytes() for r in xla_cpu2.upgrade_v1_rows(v1)}
+    both = [r for r in v2 if r.tobytes() in shared]
+    assert len(both) == 1 + int((v2[3:, xla_cpu.WIDTH] == 1).sum()) > 20
+    assert len({r.tobytes() for r in v2}) == 60
+
+
 def test_excluded_names_the_crashing_pair() -> None:
     row = xla_cpu2.default_row()
     assert xla_cpu2.excluded(row) is None
@@ -176,3 +187,16 @@ def test_the_flat_spelling_is_one_dict_and_reads_back() -> None:
     for bad in ("a", "=1", 5):
         with pytest.raises(ValueError, match="k=v"):
             CompilerOptions.from_flat({"xla_backend_extra_options": bad})
+
+
+def test_for_program_keeps_the_threshold_only_where_a_while_loop_is() -> None:
+    from xla_costmodel.tpugraphs.spec import OPCODE_IDS
+
+    rows = xla_cpu2.sample(60, seed=0)
+    plain = np.array([OPCODE_IDS["add"], OPCODE_IDS["dot"]])
+    looped = np.array([OPCODE_IDS["add"], OPCODE_IDS["while"]])
+    assert not xla_cpu2.has_loops(plain) and xla_cpu2.has_loops(looped)
+    np.testing.assert_array_equal(xla_cpu2.for_program(rows, loops=True), rows)
+    kept = xla_cpu2.for_program(rows, loops=False)
+    assert (kept[:, xla_cpu.WIDTH] == 1).all()  # only the default level
+    assert 20 < len(kept) < 60 and (kept[0] == xla_cpu2.default_row()).all()
