@@ -18,7 +18,7 @@ map separately, and ``clients.xla.compile_options.compile_with`` applies both to
 one compile. A ``xla_cpu/1`` row is the ``xla_cpu/2`` row with the threshold at its
 default (``upgrade_v1``; ``downgrade`` is its inverse, None for a non-default level).
 
-Left out on purpose (measured on jaxlib 0.10.2, shared/xla_cpu/NOTES.md turn 6):
+Left out on purpose (measured on jaxlib 0.10.2; docs/xla-cpu.md, "The loop threshold"):
 ``xla_cpu_opt_preset`` (FAST_COMPILE gained up to 1.12x on one transformer but
 changed a training step's outputs by a 1.4 relative difference: a space a tuner
 samples must not change results), and the LLVM options in the same map
